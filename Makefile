@@ -1,0 +1,27 @@
+# The targets CI and people both call. Everything runs from the project's own .venv.
+PY ?= .venv/bin/python
+
+.PHONY: install demo test lint typecheck bench
+
+.venv/bin/python:
+	python3 -m venv .venv
+	.venv/bin/pip install --upgrade pip
+	.venv/bin/pip install -e '.[dev]'
+
+install: .venv/bin/python
+
+demo: install
+	$(PY) -m contextfold demo
+
+test: install
+	$(PY) -m pytest -q
+
+lint: install
+	$(PY) -m ruff check src tests benchmarks
+	$(PY) -m ruff format --check src tests benchmarks
+
+typecheck: install
+	$(PY) -m mypy
+
+bench: install
+	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done

@@ -1,0 +1,58 @@
+"""contextfold: the context of LLM agents as a pure function of an append-only journal."""
+
+from .errors import (
+    ConflictError,
+    ContextfoldError,
+    CorruptEventError,
+    EventDefinitionError,
+    FoldCompactionError,
+    FoldDefinitionError,
+    IdempotencyConflictError,
+    InvalidCursorError,
+    InvalidInputError,
+    InvalidStreamNameError,
+    PayloadError,
+    RebuildError,
+    RenderError,
+    StoreError,
+    StoreUnavailableError,
+    UnknownEventTypeError,
+    WrongExpectedVersionError,
+)
+from .events import Event, EventMeta, NewEvent, RawEvent, StoredEvent, event_class
+from .journal import Journal, SyncJournal, open_journal, open_journal_sync
+from .store.base import AppendResult, ReadResult, Store, StreamInfo
+
+__all__ = [
+    "AppendResult",
+    "ConflictError",
+    "ContextfoldError",
+    "CorruptEventError",
+    "Event",
+    "EventDefinitionError",
+    "EventMeta",
+    "FoldCompactionError",
+    "FoldDefinitionError",
+    "IdempotencyConflictError",
+    "InvalidCursorError",
+    "InvalidInputError",
+    "InvalidStreamNameError",
+    "Journal",
+    "NewEvent",
+    "PayloadError",
+    "RawEvent",
+    "ReadResult",
+    "RebuildError",
+    "RenderError",
+    "Store",
+    "StoreError",
+    "StoreUnavailableError",
+    "StoredEvent",
+    "StreamInfo",
+    "SyncJournal",
+    "UnknownEventTypeError",
+    "WrongExpectedVersionError",
+    "event_class",
+    "open_journal",
+    "open_journal_sync",
+]

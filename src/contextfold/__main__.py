@@ -1,0 +1,5 @@
+"""``python -m contextfold``: the CLI."""
+
+from .cli import main
+
+main()

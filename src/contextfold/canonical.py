@@ -1,0 +1,77 @@
+"""Canonical JSON and hashing: the one place bytes for storage and hashing are made.
+
+Canonical JSON is orjson with sorted keys and no whitespace. It rejects what JSON
+cannot carry faithfully (NaN, infinity, non-string keys, unknown objects) instead of
+turning it into something else, because stored events must read back as written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import orjson
+
+__all__ = ["canonical_json", "check_json_value", "dumps", "loads", "sha256_hex"]
+
+_CANONICAL = orjson.OPT_SORT_KEYS
+_MAX_DEPTH = 250  # orjson's own nesting limit is 255; fail with our message first
+
+
+def check_json_value(value: Any, *, where: str = "payload") -> None:
+    """Raise ValueError naming the path when ``value`` is not plain, finite JSON."""
+    stack: list[tuple[Any, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
+        if item is None or isinstance(item, (bool, str)):
+            continue
+        if isinstance(item, int):
+            if not -(2**63) <= item < 2**64:
+                raise ValueError(f"{path}: integer {item} does not fit in 64 bits")
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{path}: {item!r} is not valid JSON (NaN and infinity are refused)")
+            continue
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{path}: key {key!r} is not a string")
+                stack.append((child, f"{path}.{key}", depth + 1))
+            continue
+        if isinstance(item, (list, tuple)):
+            for index, child in enumerate(item):
+                stack.append((child, f"{path}[{index}]", depth + 1))
+            continue
+        raise ValueError(f"{path}: {type(item).__name__} is not JSON-serializable")
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON bytes (keys in insertion order). Raises ValueError for non-JSON."""
+    try:
+        return orjson.dumps(value)
+    except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
+        raise ValueError(str(exc)) from exc
+
+
+def canonical_json(value: Any) -> bytes:
+    """Sorted-key compact JSON bytes: equal values give equal bytes."""
+    try:
+        return orjson.dumps(value, option=_CANONICAL)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from exc
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON; raises ValueError (orjson.JSONDecodeError) on malformed input."""
+    return orjson.loads(data)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    """Hex SHA-256 of bytes (text is UTF-8 encoded)."""
+    if isinstance(data, str):
+        data = data.encode()
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,42 @@
+"""The ``contextfold`` command line: a thin layer, each command calls one library function."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+try:
+    import typer
+    from rich.console import Console
+except ImportError as exc:  # pragma: no cover - typer and rich are core dependencies
+    raise SystemExit("the contextfold CLI needs typer and rich: pip install contextfold") from exc
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(help="contextfold: the context of LLM agents, from an append-only journal.")
+console = Console()
+
+
+@app.command()
+def demo(
+    db: Path = typer.Option(Path(".contextfold/demo.db"), help="SQLite journal file to use."),
+    fresh: bool = typer.Option(True, help="Start the demo stream from scratch."),
+) -> None:
+    """Run the demo session on an embedded SQLite journal and show what happened."""
+    from .demo import run_demo
+
+    asyncio.run(run_demo(db, fresh=fresh, console=console))
+
+
+@app.command()
+def streams(url: str = typer.Argument("sqlite:///.contextfold/demo.db", help="Journal URL.")) -> None:
+    """List the streams of a journal with their versions."""
+    from .journal import open_journal_sync
+
+    with open_journal_sync(url) as journal:
+        for info in journal.list_streams():
+            console.print(f"{info.stream}\t{info.version}")
+
+
+def main() -> None:
+    app()

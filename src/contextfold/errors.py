@@ -1,0 +1,135 @@
+"""The one error tree of contextfold.
+
+Every error names what was at fault (stream, position, field, fold) and what to do.
+
+    ContextfoldError
+    ├── EventDefinitionError        an Event subclass is ill-defined (at class definition)
+    ├── UnknownEventTypeError       a stored type name has no registered Event class
+    ├── InvalidInputError (ValueError)
+    │   ├── InvalidStreamNameError
+    │   ├── PayloadError            not JSON, NaN/inf, over the size limit
+    │   └── InvalidCursorError
+    ├── StoreError
+    │   ├── ConflictError
+    │   │   ├── WrongExpectedVersionError
+    │   │   └── IdempotencyConflictError
+    │   ├── CorruptEventError       a stored row no longer decodes as JSON
+    │   └── StoreUnavailableError   the backend could not be reached or is closed
+    ├── FoldDefinitionError
+    ├── FoldCompactionError
+    ├── RenderError
+    └── RebuildError                a recorded request cannot be rebuilt
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConflictError",
+    "ContextfoldError",
+    "CorruptEventError",
+    "EventDefinitionError",
+    "FoldCompactionError",
+    "FoldDefinitionError",
+    "IdempotencyConflictError",
+    "InvalidCursorError",
+    "InvalidInputError",
+    "InvalidStreamNameError",
+    "PayloadError",
+    "RebuildError",
+    "RenderError",
+    "StoreError",
+    "StoreUnavailableError",
+    "UnknownEventTypeError",
+    "WrongExpectedVersionError",
+]
+
+
+class ContextfoldError(Exception):
+    """Base of every error contextfold raises on purpose."""
+
+
+class EventDefinitionError(ContextfoldError, TypeError):
+    """An Event subclass has no valid type name, or reuses another class's name."""
+
+
+class UnknownEventTypeError(ContextfoldError, LookupError):
+    """A stored event's type name has no registered Event class in this process."""
+
+
+class InvalidInputError(ContextfoldError, ValueError):
+    """An argument is not acceptable; nothing was written."""
+
+
+class InvalidStreamNameError(InvalidInputError):
+    """A stream name is empty, too long, or contains control characters."""
+
+
+class PayloadError(InvalidInputError):
+    """An event payload is not JSON, holds NaN or infinity, or is over the size limit."""
+
+
+class InvalidCursorError(InvalidInputError):
+    """A cursor argument has the wrong type (an unknown cursor is not an error: reads reset)."""
+
+
+class StoreError(ContextfoldError):
+    """A journal backend failed or refused an operation."""
+
+
+class ConflictError(StoreError):
+    """An append was refused because of a concurrent or earlier write; nothing was written."""
+
+
+class WrongExpectedVersionError(ConflictError):
+    """The stream's version was not the one the append expected."""
+
+    def __init__(self, message: str, *, stream: str, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.expected = expected
+        self.actual = actual
+
+
+class IdempotencyConflictError(ConflictError):
+    """An idempotency key was reused with another payload."""
+
+    def __init__(self, message: str, *, stream: str, key: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.key = key
+
+
+class CorruptEventError(StoreError):
+    """A stored row cannot be decoded; the message names stream and position."""
+
+    def __init__(self, message: str, *, stream: str, position: int) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.position = position
+
+
+class StoreUnavailableError(StoreError):
+    """The backend cannot be reached, or the journal was closed."""
+
+
+class FoldDefinitionError(ContextfoldError, TypeError):
+    """A fold or segmented fold is ill-defined (bad name, duplicate or missing handlers)."""
+
+
+class FoldCompactionError(ContextfoldError):
+    """A compaction could not be done; nothing was published.
+
+    ``reason`` is ``"unsupported"``, ``"invalid-state"`` or ``"summarize-failed"``.
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class RenderError(ContextfoldError, ValueError):
+    """A state cannot be rendered for the requested transport."""
+
+
+class RebuildError(ContextfoldError):
+    """A recorded request could not be rebuilt from the journal."""

@@ -1,0 +1,413 @@
+"""The journal: the async API over a store, and its sync facade for scripts.
+
+``open_journal(url)`` picks the backend from the URL. The journal turns typed events into
+stored bytes (checking JSON, size and names), injects time and ids at this one edge, and
+scopes every operation to its namespace. Later layers add folds and request rebuilds on
+top of the same object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from . import canonical
+from .errors import InvalidInputError, PayloadError
+from .events import Event, EventMeta, NewEvent, RawEvent, StoredEvent
+from .store.base import (
+    AppendResult,
+    ReadResult,
+    Store,
+    StreamInfo,
+    check_namespace,
+    check_stream,
+)
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "Journal",
+    "SyncJournal",
+    "open_journal",
+    "open_journal_sync",
+    "store_from_url",
+]
+
+T = TypeVar("T")
+
+DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 10_000
+
+Clock = Callable[[], datetime]
+IdFactory = Callable[[], str]
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def store_from_url(url: str, **options: Any) -> Store:
+    """A store for ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs.db``,
+    ``sqlite:///:memory:`` or ``postgresql://…``. Raises InvalidInputError for others."""
+    if not isinstance(url, str):
+        raise InvalidInputError(f"journal URL must be a str, got {type(url).__name__}")
+    if url in ("memory://", "memory:"):
+        from .store.memory import MemoryStore
+
+        return MemoryStore()
+    if url.startswith("sqlite:///"):
+        from .store.sqlite import SQLiteStore
+
+        path = url[len("sqlite:///") :]
+        if not path:
+            raise InvalidInputError(f"{url!r} names no file: use sqlite:///path/to/journal.db")
+        return SQLiteStore(path, **options)
+    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+        try:
+            from .store.postgres import PostgresStore
+        except ImportError as exc:  # pragma: no cover - depends on the installed extras
+            raise InvalidInputError(
+                "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
+            ) from exc
+        return PostgresStore(url.replace("postgresql+psycopg://", "postgresql://"), **options)
+    raise InvalidInputError(
+        f"unknown journal URL {url!r}: use memory://, sqlite:///path.db or postgresql://…"
+    )
+
+
+class Journal:
+    """The async journal of one namespace over a store.
+
+    ``clock`` and ``ids`` are the only sources of time and ids: inject fixed ones in tests.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        namespace: str = "default",
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        clock: Clock = _utc_now,
+        ids: IdFactory = _new_id,
+        _shared: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.namespace = check_namespace(namespace)
+        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
+            raise InvalidInputError(f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}")
+        self.max_payload_bytes = max_payload_bytes
+        self.clock = clock
+        self.ids = ids
+        # State shared by every namespace view of one journal (open flag, later the fold cache).
+        self._shared: dict[str, Any] = _shared if _shared is not None else {"opened": None}
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def with_namespace(self, namespace: str) -> Journal:
+        """The same journal, scoped to another namespace (tenant)."""
+        return Journal(
+            self.store,
+            namespace=namespace,
+            max_payload_bytes=self.max_payload_bytes,
+            clock=self.clock,
+            ids=self.ids,
+            _shared=self._shared,
+        )
+
+    async def _ready(self) -> Store:
+        opened = self._shared.get("opened")
+        if opened is None:
+            opened = self._shared["opened"] = asyncio.ensure_future(self.store.open())
+        await asyncio.shield(opened)
+        return self.store
+
+    async def __aenter__(self) -> Journal:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.store.close()
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        events: Iterable[Event | RawEvent],
+        *,
+        run_id: str | None = None,
+        actor: str | None = None,
+        channels: Sequence[str] = (),
+        idempotency_key: str | None = None,
+    ) -> list[NewEvent]:
+        """Encode events for storage, injecting ids and time. Raises PayloadError."""
+        time = self.clock().isoformat()
+        chans = tuple(channels)
+        for ch in chans:
+            if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
+                raise InvalidInputError(f"channel {ch!r} must be a non-empty str without control characters")
+        prepared: list[NewEvent] = []
+        for index, event in enumerate(events):
+            if isinstance(event, Event):
+                type_name = type(event).event_type
+                if not type_name:
+                    raise InvalidInputError(
+                        f"events[{index}]: {type(event).__qualname__} has no type name; "
+                        'define it as class X(cf.Event, type="x")'
+                    )
+                try:
+                    data = event.to_json()
+                except ValueError as exc:
+                    raise PayloadError(f"events[{index}] ({type_name}): {exc}") from exc
+            elif isinstance(event, RawEvent):
+                type_name = event.type
+                if not isinstance(type_name, str) or not type_name:
+                    raise InvalidInputError(f"events[{index}]: raw event type must be a non-empty str")
+                try:
+                    canonical.check_json_value(event.payload, where=f"events[{index}] ({type_name}) payload")
+                    data = canonical.dumps(event.payload)
+                except ValueError as exc:
+                    raise PayloadError(str(exc)) from exc
+            else:
+                raise InvalidInputError(
+                    f"events[{index}] is a {type(event).__name__}: append takes cf.Event "
+                    "instances or cf.RawEvent"
+                )
+            if len(data) > self.max_payload_bytes:
+                raise PayloadError(
+                    f"events[{index}] ({type_name}): payload is {len(data)} bytes, over the "
+                    f"limit of {self.max_payload_bytes}; store large content elsewhere and "
+                    "reference it, or raise max_payload_bytes"
+                )
+            prepared.append(
+                NewEvent(
+                    type_name,
+                    data,
+                    EventMeta(self.ids(), time, run_id, actor, idempotency_key, chans),
+                )
+            )
+        return prepared
+
+    async def append(
+        self,
+        stream: str,
+        events: Event | RawEvent | Iterable[Event | RawEvent],
+        *,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+        run_id: str | None = None,
+        actor: str | None = None,
+        channels: Sequence[str] = ("main",),
+    ) -> AppendResult:
+        """Append events atomically to ``stream``; all get consecutive positions or none is written.
+
+        Raises InvalidInputError/PayloadError for bad input, WrongExpectedVersionError,
+        IdempotencyConflictError; nothing is written in any of these cases.
+        """
+        check_stream(stream)
+        batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
+        if not batch:
+            raise InvalidInputError(f"append to {stream!r} got no events")
+        if len(batch) > MAX_BATCH:
+            raise InvalidInputError(f"append to {stream!r} got {len(batch)} events; the limit is {MAX_BATCH}")
+        if expected_version is not None and (
+            not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0
+        ):
+            raise InvalidInputError(f"expected_version must be an int >= 0, got {expected_version!r}")
+        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+            raise InvalidInputError(f"idempotency_key must be a non-empty str, got {idempotency_key!r}")
+        prepared = self.prepare(
+            batch, run_id=run_id, actor=actor, channels=channels, idempotency_key=idempotency_key
+        )
+        store = await self._ready()
+        return await store.append(
+            self.namespace,
+            stream,
+            prepared,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def read(
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        types: Sequence[str | type[Event]] | None = None,
+        limit: int | None = None,
+    ) -> ReadResult:
+        """A page of events after ``after`` (see :meth:`Store.read`)."""
+        check_stream(stream)
+        if limit is not None and (not isinstance(limit, int) or limit <= 0):
+            raise InvalidInputError(f"limit must be a positive int, got {limit!r}")
+        store = await self._ready()
+        return await store.read(
+            self.namespace, stream, after=after, types=_type_names(types), limit=limit
+        )
+
+    async def read_all(
+        self, stream: str, *, after: str | None = None, page_size: int = 1000
+    ) -> AsyncIterator[StoredEvent]:
+        """Every event after ``after``, page by page."""
+        cursor = after
+        while True:
+            page = await self.read(stream, after=cursor, limit=page_size)
+            for event in page.events:
+                yield event
+            cursor = page.cursor
+            if not page.more:
+                return
+
+    async def latest(
+        self,
+        stream: str,
+        types: Sequence[str | type[Event]],
+        *,
+        before: str | None = None,
+        limit: int = 1,
+    ) -> tuple[StoredEvent, ...]:
+        """The newest events of the given types, newest first."""
+        check_stream(stream)
+        store = await self._ready()
+        return await store.latest(
+            self.namespace, stream, _type_names(types) or (), before=before, limit=limit
+        )
+
+    async def version(self, stream: str) -> int:
+        check_stream(stream)
+        return await (await self._ready()).version(self.namespace, stream)
+
+    async def contains(self, stream: str, cursor: str) -> bool:
+        check_stream(stream)
+        return await (await self._ready()).contains(self.namespace, stream, cursor)
+
+    async def delete_stream(self, stream: str) -> bool:
+        check_stream(stream)
+        return await (await self._ready()).delete_stream(self.namespace, stream)
+
+    async def list_streams(
+        self, *, prefix: str | None = None, limit: int | None = None
+    ) -> tuple[StreamInfo, ...]:
+        return await (await self._ready()).list_streams(self.namespace, prefix=prefix, limit=limit)
+
+    async def subscribe(
+        self, stream: str, *, after: str | None = None, poll_interval: float = 0.05
+    ) -> AsyncIterator[StoredEvent]:
+        """A live tail: every event after ``after``, then each new one as it lands."""
+        check_stream(stream)
+        store = await self._ready()
+        async for event in store.subscribe(
+            self.namespace, stream, after=after, poll_interval=poll_interval
+        ):
+            yield event
+
+
+def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | None:
+    if types is None:
+        return None
+    names = []
+    for t in types:
+        if isinstance(t, str):
+            names.append(t)
+        elif isinstance(t, type) and issubclass(t, Event) and t.event_type:
+            names.append(t.event_type)
+        else:
+            raise InvalidInputError(f"types must hold type names or Event classes, got {t!r}")
+    return tuple(names)
+
+
+def open_journal(url: str = "sqlite:///contextfold.db", *, namespace: str = "default", **options: Any) -> Journal:
+    """Open the async journal at ``url``. The store connects on first use.
+
+    Journal options (``max_payload_bytes``, ``clock``, ``ids``) are taken from ``options``;
+    the rest go to the store (e.g. ``synchronous`` for SQLite, ``min_size`` for PostgreSQL).
+    """
+    journal_opts = {k: options.pop(k) for k in ("max_payload_bytes", "clock", "ids") if k in options}
+    return Journal(store_from_url(url, **options), namespace=namespace, **journal_opts)
+
+
+class SyncJournal:
+    """The blocking facade for scripts: each call runs the async journal on a private loop.
+
+    It adds no logic of its own; every method is the async one of the same name.
+    """
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="contextfold-sync", daemon=True)
+        self._thread.start()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def __enter__(self) -> SyncJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._call(self.journal.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def append(self, stream: str, events: Any, **kwargs: Any) -> AppendResult:
+        return self._call(self.journal.append(stream, events, **kwargs))
+
+    def read(self, stream: str, **kwargs: Any) -> ReadResult:
+        return self._call(self.journal.read(stream, **kwargs))
+
+    def read_all(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
+        return self._iterate(self.journal.read_all(stream, **kwargs))
+
+    def latest(self, stream: str, types: Sequence[str | type[Event]], **kwargs: Any) -> tuple[StoredEvent, ...]:
+        return self._call(self.journal.latest(stream, types, **kwargs))
+
+    def version(self, stream: str) -> int:
+        return self._call(self.journal.version(stream))
+
+    def delete_stream(self, stream: str) -> bool:
+        return self._call(self.journal.delete_stream(stream))
+
+    def list_streams(self, **kwargs: Any) -> tuple[StreamInfo, ...]:
+        return self._call(self.journal.list_streams(**kwargs))
+
+    def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
+        return self._iterate(self.journal.subscribe(stream, **kwargs))
+
+    def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    yield self._call(agen.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            aclose = getattr(agen, "aclose", None)
+            if aclose is not None and not self._loop.is_closed():
+                self._call(aclose())
+
+
+def open_journal_sync(url: str = "sqlite:///contextfold.db", **options: Any) -> SyncJournal:
+    """Open the blocking journal at ``url`` (see :func:`open_journal`)."""
+    return SyncJournal(open_journal(url, **options))
+
+

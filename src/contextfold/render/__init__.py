@@ -1,0 +1,1 @@
+"""Rendering: provider wire bodies, session prefix and the turn envelope."""

@@ -1,0 +1,302 @@
+"""The store interface every journal backend implements, and the checks they share.
+
+A backend stores append-only streams of :class:`~contextfold.events.StoredEvent` per
+namespace. The contract (``contextfold.store.contract``) pins what each method must do;
+backends only implement storage, all argument checking lives here so every backend
+refuses bad input with the same error.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+from ..errors import (
+    IdempotencyConflictError,
+    InvalidCursorError,
+    InvalidInputError,
+    InvalidStreamNameError,
+    WrongExpectedVersionError,
+)
+from ..events import NewEvent, StoredEvent
+
+__all__ = [
+    "AppendResult",
+    "ReadResult",
+    "Store",
+    "StreamInfo",
+    "Wakeups",
+    "batch_digest",
+    "check_namespace",
+    "check_stream",
+    "idempotency_conflict",
+    "parse_cursor",
+    "poll_subscribe",
+    "wrong_version",
+]
+
+MAX_NAME_LENGTH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where an append landed. ``deduplicated`` is true when an idempotent retry wrote nothing."""
+
+    stream: str
+    first_position: int
+    last_position: int
+    cursor: str
+    """The cursor after the last event of this append."""
+    deduplicated: bool = False
+
+    @property
+    def version(self) -> int:
+        """The stream's version after this append (its last position)."""
+        return self.last_position
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """A page of a stream, oldest first.
+
+    ``cursor`` is where the next read continues (the last event returned, or the cursor
+    given when nothing new was found; None for an empty stream read from the start).
+    ``reset`` is true when the given cursor was unknown and the page starts from the
+    beginning of the stream. ``more`` is true when ``limit`` cut the page short.
+    """
+
+    events: tuple[StoredEvent, ...]
+    cursor: str | None
+    reset: bool = False
+    more: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """A stream of a namespace and its version (number of events)."""
+
+    stream: str
+    version: int
+
+
+def check_stream(stream: object) -> str:
+    """Return ``stream`` or raise InvalidStreamNameError saying what is wrong with it."""
+    if not isinstance(stream, str):
+        raise InvalidStreamNameError(f"stream name must be a str, got {type(stream).__name__}")
+    if not stream or stream.strip() != stream:
+        raise InvalidStreamNameError(
+            f"stream name {stream!r} must be non-empty with no leading or trailing whitespace"
+        )
+    if len(stream) > MAX_NAME_LENGTH:
+        raise InvalidStreamNameError(
+            f"stream name {stream[:40]!r}… is {len(stream)} characters; the limit is "
+            f"{MAX_NAME_LENGTH}"
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
+        raise InvalidStreamNameError(f"stream name {stream!r} contains a control character")
+    return stream
+
+
+def check_namespace(namespace: object) -> str:
+    """Return ``namespace`` or raise InvalidInputError."""
+    if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAME_LENGTH:
+        raise InvalidInputError(
+            f"namespace must be a non-empty str of at most {MAX_NAME_LENGTH} characters, "
+            f"got {namespace!r}"
+        )
+    if any(ord(ch) < 32 for ch in namespace):
+        raise InvalidInputError(f"namespace {namespace!r} contains a control character")
+    return namespace
+
+
+def parse_cursor(cursor: object) -> int | None:
+    """The global position a cursor names; None for a malformed (thus unknown) one.
+
+    A cursor of another type than str (or None) is a programming error: InvalidCursorError.
+    """
+    if cursor is None:
+        return 0
+    if not isinstance(cursor, str):
+        raise InvalidCursorError(f"cursor must be a str from a previous read, got {cursor!r}")
+    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
+        return None
+    return int(cursor)
+
+
+def batch_digest(events: Sequence[NewEvent]) -> str:
+    """What an idempotency key names: types, payloads, run, actor and channels of a batch.
+
+    Event ids and times are left out: a retry generates new ones for the same payload.
+    """
+    h = hashlib.sha256()
+    for ev in events:
+        for part in (
+            ev.type.encode(),
+            ev.data,
+            (ev.meta.run_id or "").encode(),
+            (ev.meta.actor or "").encode(),
+            "\x1f".join(ev.meta.channels).encode(),
+        ):
+            h.update(len(part).to_bytes(8, "big"))
+            h.update(part)
+    return h.hexdigest()
+
+
+class Store(abc.ABC):
+    """An append-only journal backend. All methods are coroutines except ``subscribe``.
+
+    Arguments reaching a backend are already checked (see :mod:`contextfold.journal`).
+    Every method takes the namespace first; namespaces never see each other's data.
+    """
+
+    url: str = ""
+
+    async def open(self) -> None:  # noqa: B027 - optional hook
+        """Create tables or pools; called once before first use."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections. The store is unusable afterwards."""
+
+    @abc.abstractmethod
+    async def append(
+        self,
+        namespace: str,
+        stream: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int | None,
+        idempotency_key: str | None,
+    ) -> AppendResult:
+        """Append atomically: all events get consecutive positions, or nothing is written.
+
+        Raises WrongExpectedVersionError when ``expected_version`` is given and differs
+        from the stream's version (0 for a stream that does not exist). With an
+        ``idempotency_key`` seen before for this stream: same batch digest -> the original
+        result with ``deduplicated=True``; another digest -> IdempotencyConflictError.
+        """
+
+    @abc.abstractmethod
+    async def read(
+        self,
+        namespace: str,
+        stream: str,
+        *,
+        after: str | None,
+        types: Sequence[str] | None,
+        limit: int | None,
+    ) -> ReadResult:
+        """Events after ``after`` (from the start when None), oldest first.
+
+        A cursor that names no event of this stream (another stream's, a deleted
+        history's, another store's, malformed) reads from the start with ``reset=True``.
+        """
+
+    @abc.abstractmethod
+    async def latest(
+        self,
+        namespace: str,
+        stream: str,
+        types: Sequence[str],
+        *,
+        before: str | None = None,
+        limit: int = 1,
+    ) -> tuple[StoredEvent, ...]:
+        """The newest events of the given types (newest first), older than ``before``."""
+
+    @abc.abstractmethod
+    async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
+        """Whether ``cursor`` names an event of this stream (a cursor the store recognises)."""
+
+    @abc.abstractmethod
+    async def version(self, namespace: str, stream: str) -> int:
+        """The stream's last position; 0 when it does not exist."""
+
+    @abc.abstractmethod
+    async def delete_stream(self, namespace: str, stream: str) -> bool:
+        """Delete the stream's events and idempotency keys; True when it existed.
+
+        Cursors into the deleted history become unknown (reads after them reset).
+        """
+
+    @abc.abstractmethod
+    async def list_streams(
+        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+    ) -> tuple[StreamInfo, ...]:
+        """Streams of the namespace, sorted by name, optionally filtered by prefix."""
+
+    @abc.abstractmethod
+    def subscribe(
+        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
+    ) -> AsyncIterator[StoredEvent]:
+        """Yield events after ``after`` as they are appended, forever (until cancelled).
+
+        An unknown cursor starts from the beginning of the stream, like ``read``.
+        """
+
+
+class Wakeups:
+    """In-process wake-up of live tails when this process appends (other processes poll)."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[tuple[str, str], set[asyncio.Event]] = {}
+
+    def notify(self, namespace: str, stream: str) -> None:
+        for waiter in self._waiters.get((namespace, stream), ()):
+            waiter.set()
+
+    async def wait(self, namespace: str, stream: str, timeout: float) -> None:
+        waiter = asyncio.Event()
+        key = (namespace, stream)
+        self._waiters.setdefault(key, set()).add(waiter)
+        try:
+            await asyncio.wait_for(waiter.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            waiters = self._waiters.get(key)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[key]
+
+
+async def poll_subscribe(
+    store: Store,
+    wakeups: Wakeups,
+    namespace: str,
+    stream: str,
+    *,
+    after: str | None,
+    poll_interval: float,
+) -> AsyncIterator[StoredEvent]:
+    """A live tail built on ``read``: wakes on local appends, polls for other processes."""
+    cursor = after
+    while True:
+        page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
+        for event in page.events:
+            yield event
+        cursor = page.cursor
+        if not page.more:
+            await wakeups.wait(namespace, stream, poll_interval)
+
+
+def wrong_version(stream: str, expected: int, actual: int) -> WrongExpectedVersionError:
+    return WrongExpectedVersionError(
+        f"stream {stream!r} is at version {actual}, the append expected {expected}: "
+        "read the stream again and retry; nothing was written",
+        stream=stream,
+        expected=expected,
+        actual=actual,
+    )
+
+
+def idempotency_conflict(stream: str, key: str) -> IdempotencyConflictError:
+    return IdempotencyConflictError(
+        f"idempotency key {key!r} on stream {stream!r} was used for another payload; "
+        "an idempotency key names one exact batch forever: use a new key; nothing was written",
+        stream=stream,
+        key=key,
+    )

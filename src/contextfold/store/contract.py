@@ -1,0 +1,395 @@
+"""The store contract: one test suite every backend must pass, shipped for users' backends.
+
+Subclass :class:`StoreContract` in a pytest module and implement :meth:`make_store`::
+
+    class TestMyStore(StoreContract):
+        def make_store(self) -> Store:
+            return MyStore(...)
+
+Each test opens a fresh store, runs against it through a :class:`~contextfold.Journal`,
+and closes it. Tests are plain synchronous methods (each runs its own event loop), so
+the suite needs pytest and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..errors import (
+    IdempotencyConflictError,
+    InvalidStreamNameError,
+    PayloadError,
+    UnknownEventTypeError,
+    WrongExpectedVersionError,
+)
+from ..events import RawEvent
+from ..journal import Journal
+from .base import Store
+
+__all__ = ["JSON_SAMPLES", "StoreContract"]
+
+JSON_SAMPLES: tuple[Any, ...] = (
+    {},
+    [],
+    {"empty": {}, "list": [], "null": None, "t": True, "f": False},
+    {"text": "héllo wörld ✓ 日本語 🚀 \u0000 \u2028 \"quoted\" \\ back"},
+    {"ints": [0, 1, -1, 2**31, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1]},
+    {"floats": [0.1, -2.5, 1e308, 5e-324, 1.7976931348623157e308, 123456789.123456789]},
+    {"deep": [[[[[[[[[[[[[[[[[[[[{"x": 1}]]]]]]]]]]]]]]]]]]]]},
+    {"order": {"z": 1, "a": 2, "m": {"b": 1, "a": 2}}},
+    "a bare string",
+    12345,
+)
+
+
+def _deep(depth: int) -> Any:
+    value: Any = {"leaf": True}
+    for i in range(depth):
+        value = {"level": i, "next": value} if i % 2 else [value]
+    return value
+
+
+class StoreContract:
+    """What every store must do. Implement ``make_store``; override ``run`` if needed."""
+
+    def make_store(self) -> Store:
+        raise NotImplementedError("StoreContract subclasses implement make_store()")
+
+    def run(self, test: Callable[[Journal], Awaitable[None]]) -> None:
+        async def main() -> None:
+            journal = Journal(self.make_store())
+            try:
+                await test(journal)
+            finally:
+                await journal.close()
+
+        asyncio.run(main())
+
+    # -- atomicity and positions -------------------------------------------------------------
+
+    def test_batch_gets_consecutive_positions(self) -> None:
+        async def t(j: Journal) -> None:
+            a = await j.append("s", [RawEvent("e", {"i": i}) for i in range(3)])
+            b = await j.append("s", [RawEvent("e", {"i": i}) for i in range(3, 5)])
+            assert (a.first_position, a.last_position) == (1, 3)
+            assert (b.first_position, b.last_position) == (4, 5)
+            page = await j.read("s")
+            assert [e.position for e in page.events] == [1, 2, 3, 4, 5]
+            assert [e.payload["i"] for e in page.events] == [0, 1, 2, 3, 4]
+            assert page.cursor == b.cursor
+            assert await j.version("s") == 5
+
+        self.run(t)
+
+    def test_bad_event_in_batch_writes_nothing(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"i": 0}))
+            bad = [RawEvent("e", {"i": 1}), RawEvent("e", {"x": float("nan")})]
+            try:
+                await j.append("s", bad)
+            except PayloadError as exc:
+                assert "NaN" in str(exc) or "nan" in str(exc)
+            else:
+                raise AssertionError("a NaN payload was accepted")
+            assert await j.version("s") == 1
+
+        self.run(t)
+
+    def test_positions_only_grow_while_a_cursor_is_out(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"i": 0}))
+            first = await j.read("s")
+            await j.append("other", RawEvent("e", {"i": 99}))
+            await j.append("s", [RawEvent("e", {"i": 1}), RawEvent("e", {"i": 2})])
+            after = await j.read("s", after=first.cursor)
+            assert not after.reset
+            assert [e.payload["i"] for e in after.events] == [1, 2]
+            globals_ = [e.global_position for e in first.events + after.events]
+            assert globals_ == sorted(globals_) and len(set(globals_)) == len(globals_)
+            again = await j.read("s", after=after.cursor)
+            assert again.events == () and again.cursor == after.cursor and not again.reset
+
+        self.run(t)
+
+    def test_concurrent_appends_leave_no_gap(self) -> None:
+        async def t(j: Journal) -> None:
+            results = await asyncio.gather(
+                *(j.append("s", [RawEvent("e", {"w": w, "k": k}) for k in range(3)]) for w in range(20))
+            )
+            page = await j.read("s")
+            assert [e.position for e in page.events] == list(range(1, 61))
+            spans = sorted((r.first_position, r.last_position) for r in results)
+            assert all(b - a == 2 for a, b in spans)
+            for r in results:  # each batch stayed contiguous
+                batch = page.events[r.first_position - 1 : r.last_position]
+                assert len({e.payload["w"] for e in batch}) == 1
+
+        self.run(t)
+
+    # -- JSON ------------------------------------------------------------------------------
+
+    def test_json_in_equals_json_out(self) -> None:
+        async def t(j: Journal) -> None:
+            samples = [*JSON_SAMPLES, _deep(200)]
+            await j.append("json", [RawEvent("sample", s) for s in samples])
+            page = await j.read("json")
+            assert [e.payload for e in page.events] == samples
+            from .. import canonical
+
+            assert [e.data for e in page.events] == [canonical.dumps(s) for s in samples]
+
+        self.run(t)
+
+    def test_unknown_event_type_reads_raw(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("never-defined-anywhere", {"a": 1}))
+            (event,) = (await j.read("s")).events
+            assert event.type == "never-defined-anywhere" and event.payload == {"a": 1}
+            try:
+                event.decode()
+            except UnknownEventTypeError as exc:
+                assert "never-defined-anywhere" in str(exc)
+            else:
+                raise AssertionError("decode of an unregistered type succeeded")
+
+        self.run(t)
+
+    def test_meta_round_trips(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append(
+                "s",
+                RawEvent("e", {}),
+                run_id="run-1",
+                actor="webhook",
+                channels=("main", "client"),
+                idempotency_key="k1",
+            )
+            await j.append("s", RawEvent("checkpoint", {}), channels=())
+            a, b = (await j.read("s")).events
+            assert (a.meta.run_id, a.meta.actor, a.meta.channels) == ("run-1", "webhook", ("main", "client"))
+            assert a.meta.idempotency_key == "k1" and a.meta.event_id and a.meta.time
+            assert b.meta.channels == () and b.meta.run_id is None
+            assert a.namespace == j.namespace and a.stream == "s"
+
+        self.run(t)
+
+    # -- cursors ---------------------------------------------------------------------------
+
+    def test_unknown_cursor_resets(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("e", {"i": i}) for i in range(3)])
+            other = await j.append("o", RawEvent("e", {}))
+            for cursor in ("987654321", "not-a-cursor", "", "-1", other.cursor):
+                page = await j.read("s", after=cursor)
+                assert page.reset, cursor
+                assert [e.position for e in page.events] == [1, 2, 3]
+            assert not (await j.read("s")).reset
+
+        self.run(t)
+
+    def test_deleted_stream_resets_cursor(self) -> None:
+        async def t(j: Journal) -> None:
+            old = await j.append("s", [RawEvent("e", {"gen": 1}) for _ in range(3)])
+            assert await j.delete_stream("s")
+            assert not await j.delete_stream("s")
+            assert await j.version("s") == 0
+            assert (await j.read("s")).events == ()
+            new = await j.append("s", [RawEvent("e", {"gen": 2})])
+            assert new.first_position == 1
+            page = await j.read("s", after=old.cursor)
+            assert page.reset and [e.payload["gen"] for e in page.events] == [2]
+            assert not await j.contains("s", old.cursor)
+            assert await j.contains("s", new.cursor)
+
+        self.run(t)
+
+    def test_pagination_over_ten_thousand_events(self) -> None:
+        async def t(j: Journal) -> None:
+            for start in range(0, 10_000, 1000):
+                await j.append("big", [RawEvent("e", {"i": i}) for i in range(start, start + 1000)])
+            seen: list[int] = []
+            cursor = None
+            pages = 0
+            while True:
+                page = await j.read("big", after=cursor, limit=333)
+                seen.extend(e.payload["i"] for e in page.events)
+                cursor = page.cursor
+                pages += 1
+                if not page.more:
+                    break
+            assert seen == list(range(10_000))
+            assert pages == 31
+            assert [e.position async for e in j.read_all("big", page_size=4000)] == list(range(1, 10_001))
+
+        self.run(t)
+
+    def test_read_filters_types(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("a", {"i": 1}), RawEvent("b", {"i": 2}), RawEvent("a", {"i": 3})])
+            page = await j.read("s", types=["a"])
+            assert [e.payload["i"] for e in page.events] == [1, 3]
+
+        self.run(t)
+
+    # -- idempotency and optimistic concurrency ----------------------------------------------
+
+    def test_idempotent_retry_returns_original_and_writes_nothing(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"before": True}))
+            batch = [RawEvent("e", {"i": 1}), RawEvent("e", {"i": 2})]
+            first = await j.append("s", batch, idempotency_key="req-1")
+            await j.append("s", RawEvent("e", {"between": True}))
+            retry = await j.append("s", batch, idempotency_key="req-1")
+            assert not first.deduplicated and retry.deduplicated
+            assert (retry.first_position, retry.last_position) == (first.first_position, first.last_position)
+            assert retry.cursor == first.cursor
+            assert await j.version("s") == 4
+            try:
+                await j.append("s", [RawEvent("e", {"i": 999})], idempotency_key="req-1")
+            except IdempotencyConflictError as exc:
+                assert "req-1" in str(exc) and exc.stream == "s"
+            else:
+                raise AssertionError("the same key with another payload was accepted")
+            assert await j.version("s") == 4
+            other = await j.append("t", batch, idempotency_key="req-1")
+            assert not other.deduplicated  # keys are per stream
+
+        self.run(t)
+
+    def test_wrong_expected_version_writes_nothing(self) -> None:
+        async def t(j: Journal) -> None:
+            r = await j.append("s", RawEvent("e", {}), expected_version=0)
+            assert r.version == 1
+            for wrong in (0, 2, 7):
+                try:
+                    await j.append("s", RawEvent("e", {"bad": wrong}), expected_version=wrong)
+                except WrongExpectedVersionError as exc:
+                    assert (exc.expected, exc.actual, exc.stream) == (wrong, 1, "s")
+                else:
+                    raise AssertionError(f"expected_version={wrong} was accepted at version 1")
+            assert await j.version("s") == 1
+            assert (await j.append("s", RawEvent("e", {}), expected_version=1)).version == 2
+
+        self.run(t)
+
+    def test_expected_version_race_has_one_winner(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {}))
+            outcomes = await asyncio.gather(
+                *(j.append("s", RawEvent("e", {"w": w}), expected_version=1) for w in range(8)),
+                return_exceptions=True,
+            )
+            wins = [o for o in outcomes if not isinstance(o, BaseException)]
+            losses = [o for o in outcomes if isinstance(o, WrongExpectedVersionError)]
+            assert len(wins) == 1 and len(losses) == 7
+            assert await j.version("s") == 2
+
+        self.run(t)
+
+    # -- namespaces, listing, latest ---------------------------------------------------------
+
+    def test_namespaces_are_isolated(self) -> None:
+        async def t(j: Journal) -> None:
+            a, b = j.with_namespace("tenant-a"), j.with_namespace("tenant-b")
+            ra = await a.append("s", RawEvent("e", {"t": "a"}), idempotency_key="k")
+            rb = await b.append("s", RawEvent("e", {"t": "b"}), idempotency_key="k")
+            assert not rb.deduplicated and rb.first_position == 1
+            assert [e.payload["t"] for e in (await a.read("s")).events] == ["a"]
+            assert [e.payload["t"] for e in (await b.read("s")).events] == ["b"]
+            assert (await b.read("s", after=ra.cursor)).reset
+            assert await a.delete_stream("s")
+            assert await b.version("s") == 1 and await a.version("s") == 0
+            assert [s.stream for s in await b.list_streams()] == ["s"]
+            assert [s.stream for s in await a.list_streams()] == []
+
+        self.run(t)
+
+    def test_list_streams(self) -> None:
+        async def t(j: Journal) -> None:
+            for name in ("chat/2", "chat/1", "chat%x", "chat_y", "other"):
+                await j.append(name, RawEvent("e", {}))
+            await j.append("chat/1", RawEvent("e", {}))
+            infos = await j.list_streams()
+            assert [(s.stream, s.version) for s in infos] == [
+                ("chat%x", 1), ("chat/1", 2), ("chat/2", 1), ("chat_y", 1), ("other", 1)
+            ]
+            assert [s.stream for s in await j.list_streams(prefix="chat/")] == ["chat/1", "chat/2"]
+            assert [s.stream for s in await j.list_streams(prefix="chat%")] == ["chat%x"]
+            assert len(await j.list_streams(limit=2)) == 2
+
+        self.run(t)
+
+    def test_latest_of_types(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("cp", {"n": 1}), RawEvent("e", {}), RawEvent("cp", {"n": 2})])
+            await j.append("s", RawEvent("e", {}))
+            (newest,) = await j.latest("s", ["cp"])
+            assert newest.payload == {"n": 2}
+            two = await j.latest("s", ["cp"], limit=5)
+            assert [e.payload["n"] for e in two] == [2, 1]
+            older = await j.latest("s", ["cp"], before=newest.cursor)
+            assert [e.payload["n"] for e in older] == [1]
+            assert await j.latest("s", ["nope"]) == ()
+            assert await j.latest("missing", ["cp"]) == ()
+
+        self.run(t)
+
+    # -- bad input ---------------------------------------------------------------------------
+
+    def test_bad_input_is_refused_and_nothing_lost(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"keep": True}))
+            bad_calls: list[tuple[Any, type[Exception]]] = [
+                (j.append("", RawEvent("e", {})), InvalidStreamNameError),
+                (j.append(" s", RawEvent("e", {})), InvalidStreamNameError),
+                (j.append("a\nb", RawEvent("e", {})), InvalidStreamNameError),
+                (j.append("x" * 600, RawEvent("e", {})), InvalidStreamNameError),
+                (j.append("s", RawEvent("e", {"f": float("inf")})), PayloadError),
+                (j.append("s", RawEvent("e", {"o": object()})), PayloadError),
+                (j.append("s", RawEvent("e", {"big": 2**70})), PayloadError),
+                (j.append("s", RawEvent("e", {1: "non-str key"})), PayloadError),
+                (j.append("s", RawEvent("e", {"x": "y" * (j.max_payload_bytes + 1)})), PayloadError),
+            ]
+            for call, error in bad_calls:
+                try:
+                    await call
+                except error:
+                    pass
+                else:
+                    raise AssertionError(f"{error.__name__} not raised")
+            page = await j.read("s")
+            assert [e.payload for e in page.events] == [{"keep": True}]
+
+        self.run(t)
+
+    # -- live tail -------------------------------------------------------------------------
+
+    def test_subscribe_sees_history_then_live_events(self) -> None:
+        async def t(j: Journal) -> None:
+            first = await j.append("s", [RawEvent("e", {"i": 0}), RawEvent("e", {"i": 1})])
+            received: list[int] = []
+
+            async def tail() -> None:
+                async for event in j.subscribe("s", after=None, poll_interval=0.02):
+                    received.append(event.payload["i"])
+                    if len(received) == 4:
+                        return
+
+            task = asyncio.create_task(tail())
+            await asyncio.sleep(0.05)
+            await j.append("other", RawEvent("e", {"i": 100}))
+            await j.append("s", RawEvent("e", {"i": 2}))
+            await j.append("s", RawEvent("e", {"i": 3}))
+            await asyncio.wait_for(task, 10)
+            assert received == [0, 1, 2, 3]
+            # a tail from a cursor starts after it
+            got = []
+            async for event in j.subscribe("s", after=first.cursor):
+                got.append(event.payload["i"])
+                if len(got) == 2:
+                    break
+            assert got == [2, 3]
+
+        self.run(t)
