@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -22,6 +22,7 @@ from . import canonical
 from .errors import CorruptEventError, EventDefinitionError, UnknownEventTypeError
 
 __all__ = [
+    "Envelope",
     "Event",
     "EventMeta",
     "NewEvent",
@@ -179,3 +180,44 @@ class StoredEvent:
         except ValidationError:
             self.payload  # noqa: B018 - raises CorruptEventError first when it is not JSON
             raise
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope(Generic[E]):
+    """What a fold handler gets: the decoded payload with its stored coordinates and meta."""
+
+    payload: E
+    meta: EventMeta
+    stream: str
+    position: int
+    """Position in the stream: the item offset ``@N`` the context model renders."""
+    global_position: int
+    type: str
+
+    @property
+    def cursor(self) -> str:
+        return str(self.global_position)
+
+    @classmethod
+    def of(cls, stored: StoredEvent, payload: E) -> Envelope[E]:
+        return cls(payload, stored.meta, stored.stream, stored.position, stored.global_position, stored.type)
+
+    @classmethod
+    def make(
+        cls,
+        payload: E,
+        *,
+        position: int,
+        stream: str = "test",
+        meta: EventMeta | None = None,
+        global_position: int | None = None,
+    ) -> Envelope[E]:
+        """An envelope for tests and pure use of folds (``Fold.apply_all``)."""
+        return cls(
+            payload,
+            meta or EventMeta(event_id=f"ev-{position}", time="2026-01-01T00:00:00+00:00"),
+            stream,
+            position,
+            global_position if global_position is not None else position,
+            type(payload).event_type,
+        )

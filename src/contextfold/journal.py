@@ -19,6 +19,9 @@ from typing import Any, TypeVar
 from . import canonical
 from .errors import InvalidInputError, PayloadError
 from .events import Event, EventMeta, NewEvent, RawEvent, StoredEvent
+from .folds.fold import FoldBase
+from .folds.reader import FoldCache, FoldReader
+from .folds.segmented import SegmentedFold
 from .store.base import (
     AppendResult,
     ReadResult,
@@ -38,6 +41,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 10_000
@@ -97,6 +101,7 @@ class Journal:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         clock: Clock = _utc_now,
         ids: IdFactory = _new_id,
+        fold_cache: FoldCache | None = None,
         _shared: dict[str, Any] | None = None,
     ) -> None:
         self.store = store
@@ -108,10 +113,18 @@ class Journal:
         self.ids = ids
         # State shared by every namespace view of one journal (open flag, later the fold cache).
         self._shared: dict[str, Any] = _shared if _shared is not None else {"opened": None}
+        if "folds" not in self._shared:
+            self._shared["folds"] = FoldReader(store, fold_cache)
 
     @property
     def url(self) -> str:
         return self.store.url
+
+    @property
+    def folds(self) -> FoldReader:
+        """The fold reader (cache, skipped-event reports) shared by every namespace view."""
+        reader: FoldReader = self._shared["folds"]
+        return reader
 
     def with_namespace(self, namespace: str) -> Journal:
         """The same journal, scoped to another namespace (tenant)."""
@@ -316,6 +329,72 @@ class Journal:
             yield event
 
 
+    # -- folds --------------------------------------------------------------------------------
+
+    async def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
+        """The fold's state over ``stream``: incremental, cached, read-only.
+
+        Run-scoped folds need ``run_id`` and fold only that run's events.
+        """
+        check_stream(stream)
+        await self._ready()
+        return await self.folds.read(fold, self.namespace, stream, run_id=run_id)
+
+    def end_run(self, stream: str, run_id: str) -> None:
+        """Forget the run-scoped fold states of a run that ended."""
+        self.folds.end_run(self.namespace, stream, run_id)
+
+    async def compact(
+        self,
+        fold: FoldBase[S],
+        stream: str,
+        next: Callable[[S], Any] | None = None,  # noqa: A002 - the seed's name
+        *,
+        view: Any = None,
+        budget: float | None = None,
+        keep_tokens: float | None = None,
+        keep_from: Callable[..., int] | None = None,
+        summarize: Callable[..., Any] | None = None,
+    ) -> Any:
+        """Compact a fold for good, as a checkpoint event.
+
+        ``compact(F, stream, next)``: the state becomes ``next(state)`` (may be async); returns
+        the state after. Policy form for segmented folds with a summary:
+        ``compact(F, stream, view=, budget=, keep_tokens=, keep_from=, summarize=)`` compacts
+        only when the view does not fit and ``split`` leaves older segments; returns
+        :class:`~contextfold.views.CompactResult` ``(compacted, state, summarized)``.
+        Raises FoldCompactionError and publishes nothing when it cannot.
+        """
+        check_stream(stream)
+        await self._ready()
+
+        async def append_checkpoint(event: RawEvent) -> Any:
+            return await self.append(stream, event, channels=())
+
+        if next is not None:
+            if view is not None or summarize is not None:
+                raise InvalidInputError("compact takes either next or the policy (view=, summarize=, …), not both")
+            return await self.folds.compact(fold, self.namespace, stream, next, append=append_checkpoint)
+        if not isinstance(fold, SegmentedFold):
+            raise TypeError(f"the policy form of compact needs a SegmentedFold, not {fold!r}: pass next")
+        if view is None or budget is None or summarize is None:
+            raise TypeError("compact needs next, or view=, budget= and summarize=")
+        from .views.policy import compact_with_view
+
+        return await compact_with_view(
+            self.folds,
+            fold,
+            self.namespace,
+            stream,
+            view=view,
+            budget=budget,
+            keep_tokens=budget / 2 if keep_tokens is None else keep_tokens,
+            keep_from=keep_from,
+            summarize=summarize,
+            append=append_checkpoint,
+        )
+
+
 def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | None:
     if types is None:
         return None
@@ -336,7 +415,9 @@ def open_journal(url: str = "sqlite:///contextfold.db", *, namespace: str = "def
     Journal options (``max_payload_bytes``, ``clock``, ``ids``) are taken from ``options``;
     the rest go to the store (e.g. ``synchronous`` for SQLite, ``min_size`` for PostgreSQL).
     """
-    journal_opts = {k: options.pop(k) for k in ("max_payload_bytes", "clock", "ids") if k in options}
+    journal_opts = {
+        k: options.pop(k) for k in ("max_payload_bytes", "clock", "ids", "fold_cache") if k in options
+    }
     return Journal(store_from_url(url, **options), namespace=namespace, **journal_opts)
 
 
@@ -389,6 +470,12 @@ class SyncJournal:
 
     def list_streams(self, **kwargs: Any) -> tuple[StreamInfo, ...]:
         return self._call(self.journal.list_streams(**kwargs))
+
+    def fold(self, fold: FoldBase[S], stream: str, **kwargs: Any) -> S:
+        return self._call(self.journal.fold(fold, stream, **kwargs))
+
+    def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+        return self._call(self.journal.compact(fold, stream, next, **kwargs))
 
     def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
         return self._iterate(self.journal.subscribe(stream, **kwargs))

@@ -1,0 +1,204 @@
+"""Folds: a typed state derived from journal events by pure handlers.
+
+A fold is plain data and pure functions, testable without a journal
+(``F.apply_all(F.initial_state(), envelopes)``); ``journal.fold(F, stream)`` reads it
+incrementally from a journal, cached (see :mod:`contextfold.folds.reader`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+
+from ..errors import FoldCompactionError, FoldDefinitionError
+from ..events import E, Envelope, Event, StoredEvent
+from .freeze import freeze
+
+__all__ = ["Fold", "FoldBase", "Handler", "MissingSegment", "Scope"]
+
+S = TypeVar("S")
+Scope = Literal["context", "run"]
+Handler = Callable[[S, Envelope[Any]], S]
+
+
+class MissingSegment(Exception):
+    """Raised inside a handler to leave an event out and report it (reason missing-segment)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Registered(Generic[S]):
+    event: type[Event]
+    apply: Callable[[S, Envelope[Any]], S]
+
+
+class FoldBase(Generic[S]):
+    """What the reader needs of any fold: name, version, scope, handlers, state codec."""
+
+    def __init__(self, name: str, *, scope: Scope = "context", version: int = 1) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise FoldDefinitionError(
+                f"fold name {name!r} must be a Python identifier (letters, digits, _; "
+                "not starting with a digit)"
+            )
+        if scope not in ("context", "run"):
+            raise FoldDefinitionError(f"fold {name}: scope must be 'context' or 'run', not {scope!r}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise FoldDefinitionError(f"fold {name}: version must be a positive int, not {version!r}")
+        self.name = name
+        self.scope: Scope = scope
+        self.version = version
+        self._handlers: dict[str, _Registered[S]] = {}
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}@{self.version}>"
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def _register(self, event: type[Event], apply: Callable[[S, Envelope[Any]], S]) -> None:
+        if not (isinstance(event, type) and issubclass(event, Event) and event.event_type):
+            raise FoldDefinitionError(
+                f"fold {self.name}: handlers take an Event class with a type name, got {event!r}"
+            )
+        if event.event_type in self._handlers:
+            raise FoldDefinitionError(
+                f"fold {self.name}: event {event.event_type!r} already has a handler; "
+                "one handler per event"
+            )
+        self._handlers[event.event_type] = _Registered(event, apply)
+
+    @property
+    def event_types(self) -> tuple[str, ...]:
+        """The type names this fold reads."""
+        return tuple(self._handlers)
+
+    def validate(self) -> None:
+        """Raise FoldDefinitionError when the fold has no handler (it would read nothing)."""
+        if not self._handlers:
+            raise FoldDefinitionError(f"fold {self.name} has no handler: add one with .on(Event)")
+
+    def handler_event(self, type_name: str) -> type[Event] | None:
+        registered = self._handlers.get(type_name)
+        return registered.event if registered else None
+
+    # -- pure folding -------------------------------------------------------------------------
+
+    def initial_state(self) -> S:
+        raise NotImplementedError
+
+    def apply(self, state: S, envelope: Envelope[Any]) -> S:
+        """Fold one decoded envelope; events without a handler leave the state as it is."""
+        return self.apply_reporting(state, envelope)[0]
+
+    def apply_reporting(self, state: S, envelope: Envelope[Any]) -> tuple[S, str | None]:
+        """Like :meth:`apply`, plus the reason to report when the event was left out
+        (``"missing-segment"``), or None."""
+        registered = self._handlers.get(envelope.type)
+        if registered is None:
+            return state, None
+        try:
+            return self._seal(registered.apply(state, envelope)), None
+        except MissingSegment:
+            return state, "missing-segment"
+
+    def apply_all(self, state: S, envelopes: Iterable[Envelope[Any]]) -> S:
+        for envelope in envelopes:
+            state = self.apply(state, envelope)
+        return state
+
+    def decode(self, stored: StoredEvent) -> Envelope[Any] | None:
+        """The stored event decoded with its handler's schema (unknown fields stripped).
+
+        None when the fold has no handler for it. Raises ValueError/ValidationError when it
+        does not decode.
+        """
+        registered = self._handlers.get(stored.type)
+        if registered is None:
+            return None
+        return Envelope.of(stored, registered.event.model_validate_json(stored.data))
+
+    def _seal(self, state: S) -> S:
+        return freeze(state)  # type: ignore[no-any-return]
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    @property
+    def can_compact(self) -> bool:
+        return False
+
+    @property
+    def checkpoint_type(self) -> str:
+        """The stored type name of this fold's checkpoints: name and version both in it."""
+        return f"contextfold.checkpoint/{self.name}@{self.version}"
+
+    def encode_state(self, state: S) -> Any:
+        raise FoldCompactionError(
+            f"fold {self.name} cannot compact: only a context-scoped fold with a state "
+            "schema (or a SegmentedFold) can",
+            reason="unsupported",
+        )
+
+    def decode_state(self, encoded: Any) -> S:
+        raise ValueError(f"fold {self.name} has no state schema")
+
+
+class Fold(FoldBase[S]):
+    """A fold with one pure handler per event: ``@F.on(Event) def _(state, ev): return new``.
+
+    ``state`` is the state's type (a frozen pydantic model, ``tuple[Turn, ...]``, …); with it
+    the fold can compact, since checkpoints store the state encoded with it. ``initial``
+    makes the state before any event (defaults to calling ``state``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        state: Any = None,
+        initial: Callable[[], S] | None = None,
+        scope: Scope = "context",
+        version: int = 1,
+    ) -> None:
+        super().__init__(name, scope=scope, version=version)
+        if initial is None:
+            if state is None or not callable(state):
+                raise FoldDefinitionError(f"fold {name}: give initial= (a function returning the first state)")
+            initial = state
+        self._initial = initial
+        self.state_schema = state
+        self._adapter: TypeAdapter[S] | None = TypeAdapter(state) if state is not None else None
+
+    def on(self, event: type[E]) -> Callable[[Callable[[S, Envelope[E]], S]], Callable[[S, Envelope[E]], S]]:
+        """Register the handler of ``event``: ``(state, envelope) -> new state``, pure."""
+
+        def register(fn: Callable[[S, Envelope[E]], S]) -> Callable[[S, Envelope[E]], S]:
+            self._register(event, fn)
+            return fn
+
+        return register
+
+    def initial_state(self) -> S:
+        return self._seal(self._initial())
+
+    @property
+    def can_compact(self) -> bool:
+        return self.scope == "context" and self._adapter is not None
+
+    def encode_state(self, state: S) -> Any:
+        if not self.can_compact or self._adapter is None:
+            return super().encode_state(state)
+        try:
+            checked = self._adapter.validate_python(state, strict=False)
+            return self._adapter.dump_python(checked, mode="json", warnings="error")
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise FoldCompactionError(
+                f"fold {self.name}: the new state does not fit its schema: {exc}",
+                reason="invalid-state",
+            ) from exc
+
+    def decode_state(self, encoded: Any) -> S:
+        if self._adapter is None:
+            return super().decode_state(encoded)
+        return self._seal(self._adapter.validate_python(encoded))

@@ -1,0 +1,307 @@
+"""The fold reader: incremental, cached reads of folds from a journal, and compaction.
+
+State is cached per (namespace, stream, fold object, run) with the cursor of the last
+event folded. A read asks the store only for the fold's events after that cursor; a stale
+or unknown cursor (deleted history) rebuilds from the newest usable checkpoint. Reads of
+one state are single-flight: concurrent readers fold each event once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from opentelemetry import metrics
+from pydantic import ValidationError
+
+from ..errors import FoldCompactionError, FoldDefinitionError
+from ..events import RawEvent, StoredEvent
+from ..store.base import Store
+from .fold import FoldBase
+
+__all__ = ["FoldCache", "FoldReader", "Skipped"]
+
+S = TypeVar("S")
+log = logging.getLogger("contextfold.folds")
+_meter = metrics.get_meter("contextfold")
+_skipped_counter = _meter.create_counter(
+    "contextfold.fold.read.skipped", description="Events and checkpoints a fold read left out"
+)
+_events_counter = _meter.create_counter(
+    "contextfold.fold.read.events", description="Events folded per read, by start"
+)
+
+Start = Literal["cold", "warm", "reset"]
+PAGE = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A stored event a read left out, reported once."""
+
+    fold: str
+    reason: Literal["decode", "checkpoint", "missing-segment"]
+    stream: str
+    position: int
+    event_id: str
+    detail: str
+
+
+@dataclass(slots=True)
+class _Entry:
+    state: Any
+    cursor: str | None
+    checkpoint_at: int  # global position of the checkpoint the state is based on (0: none)
+    touched: float
+
+
+class FoldCache:
+    """The bounded cache of fold states: LRU over ``max_entries``, ``ttl`` seconds after the
+    last read, expired lazily (no timers). ``math.inf`` lifts either bound."""
+
+    def __init__(self, max_entries: float = 1000, ttl: float = 30 * 60) -> None:
+        if max_entries <= 0 or ttl <= 0:
+            raise ValueError("fold cache max_entries and ttl must be positive")
+        self.max_entries = max_entries
+        self.ttl = ttl
+        self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+
+    def get(self, key: tuple[Any, ...], now: float) -> _Entry | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if now - entry.touched > self.ttl:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: tuple[Any, ...], entry: _Entry) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def drop(self, predicate: Callable[[tuple[Any, ...]], bool]) -> None:
+        for key in [k for k in self._entries if predicate(k)]:
+            del self._entries[key]
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class FoldReader:
+    """Reads folds for every namespace of one journal (shared by its namespace views)."""
+
+    def __init__(self, store: Store, cache: FoldCache | None = None, *, clock: Callable[[], float] = time.monotonic):
+        self.store = store
+        self.cache = cache or FoldCache()
+        self._clock = clock
+        self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
+        self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._compactable: dict[tuple[str, int], FoldBase[Any]] = {}
+        self._names: dict[str, FoldBase[Any]] = {}
+        self.skipped: list[Skipped] = []  # the newest reports, for inspection (bounded)
+
+    # -- identity -----------------------------------------------------------------------------
+
+    def _check_identity(self, fold: FoldBase[Any]) -> None:
+        fold.validate()
+        if fold.can_compact:
+            key = (fold.name, fold.version)
+            other = self._compactable.setdefault(key, fold)
+            if other is not fold:
+                raise FoldDefinitionError(
+                    f"fold-checkpoint-shared: two different compactable folds are named "
+                    f"{fold.name}@{fold.version} on this journal; each would restore the other's "
+                    "checkpoints. Define each fold once and share the object, or rename/version one"
+                )
+        other = self._names.setdefault(fold.name, fold)
+        if other is not fold and not (fold.can_compact and other.can_compact):
+            log.warning("fold-name-shared: different folds are named %r; metrics report them as one", fold.name)
+
+    # -- reporting ----------------------------------------------------------------------------
+
+    def _report(self, fold: FoldBase[Any], reason: Any, event: StoredEvent, detail: str) -> None:
+        key = (fold.name, reason, event.meta.event_id)
+        if key in self._reported:
+            self._reported.move_to_end(key)
+            return
+        self._reported[key] = None
+        if len(self._reported) > 1000:
+            self._reported.popitem(last=False)
+        item = Skipped(fold.name, reason, event.stream, event.position, event.meta.event_id, detail)
+        self.skipped.append(item)
+        del self.skipped[:-1000]
+        log.warning(
+            "fold %s left out %s@%d (%s): %s", fold.name, event.stream, event.position, reason, detail
+        )
+        _skipped_counter.add(1, {"fold": fold.name, "reason": reason})
+
+    # -- reading ------------------------------------------------------------------------------
+
+    async def read(
+        self, fold: FoldBase[S], namespace: str, stream: str, *, run_id: str | None = None
+    ) -> S:
+        """The fold's state, up to date with every event stored before the call."""
+        state, _ = await self.read_with_cursor(fold, namespace, stream, run_id=run_id)
+        return state
+
+    async def read_with_cursor(
+        self, fold: FoldBase[S], namespace: str, stream: str, *, run_id: str | None = None
+    ) -> tuple[S, str | None]:
+        self._check_identity(fold)
+        if fold.scope == "run" and run_id is None:
+            raise FoldDefinitionError(f"fold {fold.name} is run-scoped: read it with run_id=…")
+        key = (namespace, stream, id(fold), run_id if fold.scope == "run" else None)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            entry = self.cache.get(key, self._clock())
+            start: Start = "warm"
+            if entry is None or entry.state is None:
+                start = "cold"
+                entry = await self._cold(fold, namespace, stream)
+            folded, reset = await self._catch_up(fold, namespace, stream, entry, run_id)
+            if reset:
+                start = "reset"
+                entry = await self._cold(fold, namespace, stream)
+                folded, _ = await self._catch_up(fold, namespace, stream, entry, run_id)
+            entry.touched = self._clock()
+            self.cache.put(key, entry)
+            _events_counter.add(folded, {"fold": fold.name, "start": start})
+            return entry.state, entry.cursor
+
+    def end_run(self, namespace: str, stream: str, run_id: str) -> None:
+        """Drop the run-scoped states of a run that ended."""
+        self.cache.drop(lambda k: k[0] == namespace and k[1] == stream and k[3] == run_id)
+
+    async def _cold(self, fold: FoldBase[S], namespace: str, stream: str) -> _Entry:
+        """The newest usable checkpoint (or the initial state), not yet caught up."""
+        if fold.can_compact:
+            before: str | None = None
+            while True:
+                found = await self.store.latest(namespace, stream, [fold.checkpoint_type], before=before, limit=20)
+                for event in found:
+                    restored = await self._restore(fold, namespace, stream, event)
+                    if restored is not None:
+                        return restored
+                if len(found) < 20:
+                    break
+                before = found[-1].cursor
+        return _Entry(fold.initial_state(), None, 0, self._clock())
+
+    async def _restore(self, fold: FoldBase[S], namespace: str, stream: str, event: StoredEvent) -> _Entry | None:
+        """A checkpoint as a cache entry, or None (reported) when it cannot be used."""
+        try:
+            payload = event.payload
+            through = payload["through"]
+            state = fold.decode_state(payload["state"])
+        except (ValueError, ValidationError, KeyError, TypeError) as exc:
+            self._report(fold, "checkpoint", event, f"state does not decode: {exc}")
+            return None
+        if through is not None and not await self.store.contains(namespace, stream, through):
+            self._report(fold, "checkpoint", event, f"through {through!r} is not in this history")
+            return None
+        return _Entry(state, through, event.global_position, self._clock())
+
+    async def _catch_up(
+        self, fold: FoldBase[S], namespace: str, stream: str, entry: _Entry, run_id: str | None
+    ) -> tuple[int, bool]:
+        """Fold the events after the entry's cursor into it. Returns (events folded, reset)."""
+        types = [*fold.event_types, fold.checkpoint_type] if fold.can_compact else list(fold.event_types)
+        folded = 0
+        while True:
+            page = await self.store.read(namespace, stream, after=entry.cursor, types=types, limit=PAGE)
+            if page.reset and entry.cursor is not None:
+                return folded, True
+            rebased = False
+            for event in page.events:
+                if event.type == fold.checkpoint_type:
+                    if event.global_position <= entry.checkpoint_at:
+                        entry.cursor = event.cursor
+                        continue
+                    restored = await self._restore(fold, namespace, stream, event)
+                    if restored is not None:
+                        # Rebase: the checkpoint replaces the state; events after its through
+                        # are folded again on top of it (some of them were folded already).
+                        entry.state, entry.cursor, entry.checkpoint_at = (
+                            restored.state, restored.cursor, restored.checkpoint_at
+                        )
+                        rebased = True
+                        break
+                    entry.cursor = event.cursor
+                    continue
+                entry.cursor = event.cursor
+                if fold.scope == "run" and event.meta.run_id != run_id:
+                    continue
+                try:
+                    envelope = fold.decode(event)
+                except (ValueError, ValidationError) as exc:
+                    self._report(fold, "decode", event, str(exc).splitlines()[0])
+                    continue
+                if envelope is None:
+                    continue
+                entry.state, problem = fold.apply_reporting(entry.state, envelope)
+                folded += 1
+                if problem is not None:
+                    self._report(fold, problem, event, "no segment to attach to")
+            if not rebased and not page.more:
+                return folded, False
+
+    # -- compaction ---------------------------------------------------------------------------
+
+    async def compact(
+        self,
+        fold: FoldBase[S],
+        namespace: str,
+        stream: str,
+        next_state: Callable[[S], S | Awaitable[S]],
+        *,
+        append: Callable[[RawEvent], Awaitable[Any]],
+    ) -> S:
+        """Replace the fold's state with ``next_state(state)`` for good, as a checkpoint event.
+
+        Events appended while ``next_state`` runs are folded on top of the new state.
+        Raises FoldCompactionError (unsupported, invalid-state) and publishes nothing then.
+        """
+        if not fold.can_compact:
+            fold.encode_state(fold.initial_state())  # raises the "unsupported" error
+        state, cursor = await self.read_with_cursor(fold, namespace, stream)
+        try:
+            result = next_state(state)
+            new_state = await result if isinstance(result, Awaitable) else result
+        except FoldCompactionError:
+            raise
+        except Exception as exc:
+            raise FoldCompactionError(
+                f"fold {fold.name}: the compaction function failed: {exc!r}; nothing was published",
+                reason="summarize-failed",
+            ) from exc
+        return await self.publish_checkpoint(fold, namespace, stream, new_state, cursor, append=append)
+
+    async def publish_checkpoint(
+        self,
+        fold: FoldBase[S],
+        namespace: str,
+        stream: str,
+        new_state: S,
+        through: str | None,
+        *,
+        append: Callable[[RawEvent], Awaitable[Any]],
+    ) -> S:
+        """Store ``new_state`` as the checkpoint of the read that ended at ``through``, then
+        read again (events appended since are folded on top). Raises FoldCompactionError
+        (invalid-state) and stores nothing when the state does not encode."""
+        encoded = fold.encode_state(new_state)
+        await append(
+            RawEvent(
+                fold.checkpoint_type,
+                {"fold": fold.name, "version": fold.version, "through": through, "state": encoded},
+            )
+        )
+        return await self.read(fold, namespace, stream)

@@ -1,0 +1,231 @@
+"""Segmented folds: state as atomic segments (a prompt, a model step with all its tool
+results, an answer) plus an optional summary, so views can trim without splitting a step
+from its results.
+
+Segments live in a persistent vector, so opening or updating a segment costs the same on
+a state of ten segments or of a hundred thousand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar, overload
+
+from pydantic import TypeAdapter, ValidationError
+from pyrsistent import PVector, pvector
+
+from ..errors import FoldCompactionError, FoldDefinitionError
+from ..events import E, Envelope
+from .fold import FoldBase, MissingSegment, Scope
+from .freeze import freeze
+
+__all__ = ["OnMissing", "Segment", "SegmentedFold", "SegmentedState"]
+
+D = TypeVar("D")
+M = TypeVar("M")
+OnMissing = Literal["report", "ignore"]
+
+
+@dataclass(frozen=True, slots=True)
+class Segment(Generic[D]):
+    """One atomic unit of a segmented state: its id (unique, addresses it in views) and data."""
+
+    id: str
+    data: D
+    # Per-segment memo (token counts per counter, elided forms): segments are immutable,
+    # so whatever is computed from one stays true for as long as it lives.
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentedState(Generic[D, M]):
+    """``{summary, segments}``: the summary of what came before, then the segments, oldest first."""
+
+    segments: Sequence[Segment[D]] = field(default_factory=lambda: pvector())
+    summary: M | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.segments, PVector):
+            object.__setattr__(self, "segments", pvector(self.segments))
+
+    def __iter__(self) -> Iterator[Segment[D]]:
+        return iter(self.segments)
+
+    def __len__(self) -> int:
+        return len(self.segments)
+
+
+def _kind_of(data: Any, tag: str) -> Any:
+    if isinstance(data, dict):
+        return data.get(tag)
+    return getattr(data, tag, None)
+
+
+class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
+    """A fold whose state is :class:`SegmentedState`.
+
+    ``data`` is the type of a segment's data (typically a union of frozen models, one per
+    kind), ``summary`` the type of the summary (None: no summary). ``tag`` names the field
+    holding a segment's kind, which ``attach(kind=…)`` and ``from_newest`` read.
+    Every context-scoped segmented fold can compact.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        data: Any,
+        summary: Any = None,
+        tag: str | None = "_tag",
+        scope: Scope = "context",
+        version: int = 1,
+    ) -> None:
+        super().__init__(name, scope=scope, version=version)
+        self.data_schema = data
+        self.summary_schema = summary
+        self.tag = tag
+        try:
+            self._data_adapter: TypeAdapter[Any] = TypeAdapter(data)
+            self._summary_adapter: TypeAdapter[Any] | None = (
+                TypeAdapter(summary) if summary is not None else None
+            )
+        except Exception as exc:  # pydantic raises several kinds for unusable types
+            raise FoldDefinitionError(f"segmented fold {name}: data/summary is not a usable type: {exc}") from exc
+
+    def initial_state(self) -> SegmentedState[Any, Any]:
+        return SegmentedState()
+
+    def _seal(self, state: SegmentedState[Any, Any]) -> SegmentedState[Any, Any]:
+        if not isinstance(state, SegmentedState):
+            raise TypeError(f"fold {self.name}: a handler returned {type(state).__name__}, not a SegmentedState")
+        return state
+
+    # -- handlers -----------------------------------------------------------------------------
+
+    def open(self, event: type[E]) -> Callable[[Callable[[Envelope[E]], Segment[Any]]], Callable[[Envelope[E]], Segment[Any]]]:
+        """Open a segment per event: ``fn(envelope) -> Segment(id, data)``, appended as newest."""
+
+        def register(fn: Callable[[Envelope[E]], Segment[Any]]) -> Callable[[Envelope[E]], Segment[Any]]:
+            def apply(state: SegmentedState[Any, Any], env: Envelope[Any]) -> SegmentedState[Any, Any]:
+                segment = fn(env)
+                if not isinstance(segment, Segment):
+                    raise TypeError(f"fold {self.name}: open handler for {env.type} must return a Segment")
+                segment = Segment(segment.id, freeze(segment.data))
+                segments = state.segments
+                assert isinstance(segments, PVector)
+                return SegmentedState(segments.append(segment), state.summary)
+
+            self._register(event, apply)
+            return fn
+
+        return register
+
+    def attach(
+        self,
+        event: type[E],
+        *,
+        to: Callable[[Envelope[E]], str],
+        kind: str | None = None,
+        on_missing: OnMissing = "report",
+    ) -> Callable[[Callable[[Any, Envelope[E]], Any]], Callable[[Any, Envelope[E]], Any]]:
+        """Update the newest segment with id ``to(envelope)`` (and ``kind``, when given):
+        its data becomes ``fn(data, envelope)``. With no such segment the state stays as it
+        is and the event is reported (``on_missing="report"``) or not (``"ignore"``)."""
+        if on_missing not in ("report", "ignore"):
+            raise FoldDefinitionError(f"fold {self.name}: on_missing must be 'report' or 'ignore'")
+        if kind is not None and self.tag is None:
+            raise FoldDefinitionError(f"fold {self.name}: attach(kind=…) needs the fold's tag= set")
+        tag = self.tag
+
+        def register(fn: Callable[[Any, Envelope[E]], Any]) -> Callable[[Any, Envelope[E]], Any]:
+            def apply(state: SegmentedState[Any, Any], env: Envelope[Any]) -> SegmentedState[Any, Any]:
+                target = to(env)
+                segments = state.segments
+                assert isinstance(segments, PVector)
+                for index in range(len(segments) - 1, -1, -1):
+                    segment = segments[index]
+                    if segment.id != target:
+                        continue
+                    if kind is not None and tag is not None and _kind_of(segment.data, tag) != kind:
+                        continue
+                    data = fn(segment.data, env)
+                    if data is segment.data:
+                        return state
+                    updated = Segment(segment.id, freeze(data))
+                    return SegmentedState(segments.set(index, updated), state.summary)
+                if on_missing == "report":
+                    raise MissingSegment(target)
+                return state
+
+            self._register(event, apply)
+            return fn
+
+        return register
+
+    def on(
+        self, event: type[E]
+    ) -> Callable[[Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]]], Any]:
+        """Handle an event with the whole state (remove or merge segments, …)."""
+
+        def register(fn: Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]]) -> Any:
+            self._register(event, fn)
+            return fn
+
+        return register
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    @property
+    def can_compact(self) -> bool:
+        return self.scope == "context"
+
+    def encode_state(self, state: SegmentedState[Any, Any]) -> Any:
+        if not self.can_compact:
+            return super().encode_state(state)
+        if not isinstance(state, SegmentedState):
+            raise FoldCompactionError(
+                f"fold {self.name}: the new state must be a SegmentedState, not {type(state).__name__}",
+                reason="invalid-state",
+            )
+        try:
+            segments = []
+            for segment in state.segments:
+                data = self._data_adapter.validate_python(segment.data)
+                segments.append({"id": segment.id, "data": self._data_adapter.dump_python(data, mode="json")})
+            summary = None
+            if state.summary is not None:
+                if self._summary_adapter is None:
+                    raise ValueError("the fold has no summary schema but the state has a summary")
+                summary = self._summary_adapter.dump_python(
+                    self._summary_adapter.validate_python(state.summary), mode="json"
+                )
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise FoldCompactionError(
+                f"fold {self.name}: the new state does not fit its schema: {exc}", reason="invalid-state"
+            ) from exc
+        return {"summary": summary, "segments": segments}
+
+    def decode_state(self, encoded: Any) -> SegmentedState[Any, Any]:
+        if not isinstance(encoded, dict) or not isinstance(encoded.get("segments"), list):
+            raise ValueError("a segmented checkpoint state is an object with a segments list")
+        summary = encoded.get("summary")
+        if summary is not None:
+            if self._summary_adapter is None:
+                raise ValueError("checkpoint has a summary but the fold has no summary schema")
+            summary = freeze(self._summary_adapter.validate_python(summary))
+        segments = [
+            Segment(str(item["id"]), freeze(self._data_adapter.validate_python(item["data"])))
+            for item in encoded["segments"]
+        ]
+        return SegmentedState(pvector(segments), summary)
+
+    @overload
+    def kind(self, segment: Segment[Any]) -> Any: ...
+    @overload
+    def kind(self, segment: Any) -> Any: ...
+    def kind(self, segment: Any) -> Any:
+        """The kind of a segment, read through the fold's tag."""
+        if self.tag is None:
+            return None
+        return _kind_of(segment.data if isinstance(segment, Segment) else segment, self.tag)
