@@ -1,0 +1,192 @@
+"""Anthropic Messages wire body from a `NeutralRequest`.
+
+Role mapping (Anthropic has no developer role and only a top-level ``system``):
+
+- The protocol system text, then the leading run of ``system`` and ``developer``
+  messages (those before any user, assistant or tool message), become the text blocks
+  of the ``system`` parameter. Nothing is reordered: they already come first.
+- No system precedence mid-history on Anthropic: a ``system`` or ``developer`` message
+  after history has started becomes a ``user`` text block whose first line is a marker
+  (`DEMOTED_MARKERS`). Moving it into ``system`` would reorder the conversation and
+  rewrite the cached prefix of every later request.
+- ``assistant`` tool calls become ``tool_use`` blocks (``input`` is the parsed arguments
+  object); ``tool`` messages become ``tool_result`` blocks in the user turn that directly
+  follows, ahead of any text in that turn, as the API requires.
+- Consecutive turns of one wire role merge into one message with several blocks, so
+  user and assistant strictly alternate. Empty text is not sent (the API refuses it).
+
+Sampling: ``temperature`` is never sent. The API version the official SDK 2.x sends
+(``2026-10-21``) refuses every sampling parameter with HTTP 400, and the SDK no longer
+accepts one, so a body carrying it could not pass through the client.
+
+Prompt caching: ``cache_control: {"type": "ephemeral"}`` marks the system parameter's
+last block, the last block of every message with ``cache_breakpoint=True`` and the last
+block of the final message. The API allows at most `MAX_CACHE_BREAKPOINTS`; when more
+are marked, the latest ones are kept, which always keeps the tail and the last prefix
+marker and drops the earliest others.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from contextfold.canonical import loads
+from contextfold.errors import RenderError
+from contextfold.render.neutral import (
+    NeutralMessage,
+    NeutralRequest,
+    ToolCall,
+    order_tool_results,
+)
+
+__all__ = ["DEMOTED_MARKERS", "MAX_CACHE_BREAKPOINTS", "render_anthropic"]
+
+MAX_CACHE_BREAKPOINTS = 4
+"""Anthropic's limit on ``cache_control`` blocks per request."""
+
+DEMOTED_MARKERS: dict[str, str] = {
+    "system": "[system message]\n",
+    "developer": "[developer message]\n",
+}
+"""First line put before mid-history system/developer content sent as a user block."""
+
+_EPHEMERAL = {"type": "ephemeral"}
+
+
+@dataclass(slots=True)
+class _Block:
+    data: dict[str, Any]
+    breakpoint: bool = False
+
+
+@dataclass(slots=True)
+class _Turn:
+    role: str
+    blocks: list[_Block]
+
+
+def render_anthropic(request: NeutralRequest) -> dict[str, Any]:
+    """The Messages body as a fresh dict.
+
+    Raises RenderError when ``max_tokens`` is missing, no user or assistant message
+    remains, tool pairing is broken, or tool call arguments are not a JSON object.
+    """
+    if request.max_tokens is None:
+        raise RenderError("NeutralRequest.max_tokens is required for anthropic; set it")
+    messages = order_tool_results(request.messages)
+    system: list[_Block] = []
+    if request.system:
+        system.append(_Block(_text(request.system)))
+    start = 0
+    while start < len(messages) and messages[start].role in ("system", "developer"):
+        _add(system, _text_blocks(messages[start].content), messages[start].cache_breakpoint)
+        start += 1
+    if system:
+        system[-1].breakpoint = True
+
+    turns: list[_Turn] = []
+    for message in messages[start:]:
+        blocks = _blocks(message)
+        if not blocks:
+            if message.cache_breakpoint:
+                # Nothing to send: the segment ends where the previous block ends.
+                last = turns[-1].blocks if turns else system
+                if last:
+                    last[-1].breakpoint = True
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        if not turns or turns[-1].role != role:
+            turns.append(_Turn(role, []))
+        _add(turns[-1].blocks, blocks, message.cache_breakpoint)
+    if not turns:
+        raise RenderError(
+            "anthropic needs at least one user, assistant or tool message after the "
+            "leading system/developer messages"
+        )
+    for turn in turns:
+        if turn.role == "user":
+            # tool_result blocks must open the user turn after a tool_use turn.
+            turn.blocks.sort(key=lambda block: block.data["type"] != "tool_result")
+    turns[-1].blocks[-1].breakpoint = True
+    _limit_breakpoints([*system, *(block for turn in turns for block in turn.blocks)])
+
+    body: dict[str, Any] = {
+        "model": request.model,
+        "max_tokens": request.max_tokens,
+        "messages": [
+            {"role": turn.role, "content": [_emit(block) for block in turn.blocks]}
+            for turn in turns
+        ],
+    }
+    if system:
+        body["system"] = [_emit(block) for block in system]
+    if request.tools:
+        body["tools"] = [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "input_schema": tool.parameters(),
+            }
+            for tool in request.tools
+        ]
+    if request.stream:
+        body["stream"] = True
+    return body
+
+
+def _blocks(message: NeutralMessage) -> list[_Block]:
+    if message.role == "tool":
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.tool_call_id}
+        if message.content:
+            result["content"] = message.content
+        return [_Block(result)]
+    if message.role in DEMOTED_MARKERS:
+        return [_Block(_text(DEMOTED_MARKERS[message.role] + message.content))]
+    blocks = _text_blocks(message.content)
+    blocks.extend(_Block(_tool_use(call)) for call in message.tool_calls)
+    return blocks
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    try:
+        arguments = loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError as exc:
+        raise RenderError(
+            f"tool_call_id {call.id!r}: arguments are not valid JSON; anthropic needs an object"
+        ) from exc
+    if not isinstance(arguments, dict):
+        raise RenderError(
+            f"tool_call_id {call.id!r}: arguments are JSON {type(arguments).__name__}, "
+            "anthropic needs an object"
+        )
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": arguments}
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _text_blocks(text: str) -> list[_Block]:
+    return [_Block(_text(text))] if text else []
+
+
+def _add(target: list[_Block], blocks: list[_Block], breakpoint: bool) -> None:
+    if breakpoint:
+        if blocks:
+            blocks[-1].breakpoint = True
+        elif target:
+            target[-1].breakpoint = True
+    target.extend(blocks)
+
+
+def _limit_breakpoints(blocks: list[_Block]) -> None:
+    marked = [block for block in blocks if block.breakpoint]
+    for block in marked[:-MAX_CACHE_BREAKPOINTS]:
+        block.breakpoint = False
+
+
+def _emit(block: _Block) -> dict[str, Any]:
+    if block.breakpoint:
+        return {**block.data, "cache_control": dict(_EPHEMERAL)}
+    return dict(block.data)
