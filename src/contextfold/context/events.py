@@ -1,0 +1,326 @@
+"""The events of the agent context model: what the journal records about a model's context.
+
+Everything the model can see enters through :class:`ContextAdded`. The other events
+record the request lifecycle: :class:`LlmRequestRequested` publishes the projection
+and logs the request header snapshot (so a request can be rebuilt byte for byte),
+:class:`LlmResponse` and :class:`ToolCallResult` are the raw evidence of a model answer
+and a tool execution, :class:`LlmRequestInterrupted` records a cancelled request.
+The evidence events are not projected: the runtime appends the model-visible part as a
+``ContextAdded`` in the same append (see :func:`assistant_item` and :func:`tool_result_item`).
+
+All models are frozen; sequences are tuples. Field names are the journal schema.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..canonical import canonical_json, check_json_value, loads
+from ..events import Envelope, Event
+
+__all__ = [
+    "HEADER_START",
+    "Actor",
+    "CompactionMeta",
+    "ContextAdded",
+    "FileAttachment",
+    "LlmRequestInterrupted",
+    "LlmRequestPolicy",
+    "LlmRequestRequested",
+    "LlmResponse",
+    "ModelToolCall",
+    "PrefixMessage",
+    "Ref",
+    "RequestHeader",
+    "Role",
+    "TokenUsage",
+    "ToolCallResult",
+    "ToolDefinition",
+    "TransportName",
+    "assistant_item",
+    "tool_result_item",
+]
+
+Role = Literal["system", "developer", "user", "assistant"]
+"""Product role of a context item (not a provider wire role; see ``trust.wire_role``)."""
+
+TransportName = Literal["openai-chat", "openai-responses", "anthropic"]
+"""The wire format a request is sent in (same names as ``render.neutral.Transport``)."""
+
+_ACTOR_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+HEADER_START = re.compile(r"^@[0-9]")
+"""How an item header line starts; request-only text (prefix, system prompt) must not."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class Actor(_Frozen):
+    """Who supplied an item, independent of its role.
+
+    ``type`` is one of the known types (user, agent, script, tool, slack, telegram,
+    email, github, webhook) or one added with ``trust.register_actor_type``; an
+    unregistered type is accepted and treated as untrusted.
+    """
+
+    type: str
+    """Actor type: a lowercase token (``[a-z][a-z0-9_.-]*``), rendered as ``actor=<type>``."""
+    id: str | None = None
+    """Identity within the type (a Slack user id, an agent id, an email address)."""
+    origin: str | None = None
+    """The surface it came through (``"web"``, a channel, a repository); not rendered."""
+
+    @field_validator("type")
+    @classmethod
+    def _check_type(cls, value: str) -> str:
+        if not _ACTOR_TYPE.match(value):
+            raise ValueError(
+                f"actor type {value!r} must be a lowercase token of letters, digits and . _ - "
+                "(1-64 characters, starting with a letter)"
+            )
+        return value
+
+
+class Ref(_Frozen):
+    """A pointer to a richer source (an event or an object), rendered ``path@offset``."""
+
+    path: str = Field(min_length=1)
+    """Stream path or object path (``/integrations/github/main``)."""
+    offset: int | None = Field(default=None, ge=1)
+    """Event offset in that stream, when the ref names one event."""
+    type: str = "event"
+    """What is referenced: ``"event"`` or an object kind."""
+    event_type: str | None = None
+    """The referenced event's type name, for readers; not rendered."""
+
+    def render(self) -> str:
+        return self.path if self.offset is None else f"{self.path}@{self.offset}"
+
+
+class FileAttachment(_Frozen):
+    """A file attached to an item; rendered by reference (``files=[uri, ...]``)."""
+
+    uri: str = Field(min_length=1)
+    media_type: str | None = None
+    name: str | None = None
+
+
+class LlmRequestPolicy(_Frozen):
+    """Whether an item wakes the model: the scheduler reads it, the projection does not.
+
+    ``none``: context only, no request. ``after-current-request``: request once the
+    running request (if any) is done. ``interrupt``: cancel the running request and
+    request again.
+    """
+
+    behaviour: Literal["none", "after-current-request", "interrupt"] = "after-current-request"
+
+
+class TokenUsage(_Frozen):
+    """Normalized token usage of one model call."""
+
+    input_tokens: int = Field(default=0, ge=0)
+    """All prompt tokens, cache reads and writes included (Anthropic's three fields summed)."""
+    output_tokens: int = Field(default=0, ge=0)
+    cached_input_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those read from the provider's prompt cache, when reported."""
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those written to the prompt cache, when reported."""
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+
+
+class CompactionMeta(_Frozen):
+    """Marks a developer item as a compaction summary. Never rendered to the model."""
+
+    replaces_history_through: int = Field(ge=1)
+    """Offset of the summarized request: history at or below it is replaced."""
+    usage: TokenUsage | None = None
+    """The summarizer call's usage, when the provider reported it."""
+
+
+class ModelToolCall(_Frozen):
+    """One function call the model asked for."""
+
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str = ""
+    """The arguments exactly as the model produced them (JSON object text)."""
+
+
+class ContextAdded(Event, type="contextfold.agent/context-added"):
+    """One item of model-visible context; the only way content reaches the model.
+
+    ``key`` names an updatable slot (not append idempotency). An assistant item may
+    carry ``tool_calls``; they are executable only when ``llm_request_offset`` is the
+    offset of a real request in the stream. An item with ``tool_call_id`` is a tool
+    result (role developer or user). ``compaction`` marks a summary (role developer).
+    Invalid combinations raise a ValidationError naming the field.
+    """
+
+    role: Role
+    content: str = ""
+    actor: Actor | None = None
+    refs: tuple[Ref, ...] = ()
+    key: str | None = Field(default=None, min_length=1)
+    files: tuple[FileAttachment, ...] = ()
+    llm_request_policy: LlmRequestPolicy | None = None
+    compaction: CompactionMeta | None = None
+    llm_request_offset: int | None = Field(default=None, ge=1)
+    """For assistant items: the request whose answer this is."""
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    tool_call_id: str | None = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ContextAdded:
+        if self.role != "assistant" and (self.tool_calls or self.llm_request_offset is not None):
+            raise ValueError(
+                f"tool_calls and llm_request_offset belong on assistant items, not {self.role}"
+            )
+        if self.tool_call_id is not None and self.role not in ("developer", "user"):
+            raise ValueError(
+                f"a tool result (tool_call_id) has role developer or user, not {self.role}"
+            )
+        if self.compaction is not None and (
+            self.role != "developer" or self.key is not None or self.tool_call_id is not None
+        ):
+            raise ValueError(
+                "a compaction summary is an unkeyed developer item without tool_call_id"
+            )
+        return self
+
+
+class ToolDefinition(_Frozen):
+    """A tool offered to the model, as logged in a request header."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    parameters: str = "{}"
+    """Canonical JSON text of the arguments' JSON schema; a mapping is accepted and encoded."""
+    strict: bool = False
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _encode(cls, value: Any) -> Any:
+        if isinstance(value, Mapping):
+            check_json_value(dict(value), where="tool parameters")
+            return canonical_json(dict(value)).decode()
+        if isinstance(value, str):
+            schema = loads(value)
+            if not isinstance(schema, dict):
+                raise ValueError("tool parameters must be a JSON object schema")
+            return canonical_json(schema).decode()
+        return value
+
+
+class PrefixMessage(_Frozen):
+    """A request-only session prefix message, logged in the request header.
+
+    Its text must not start with an item header (``@<digit>``): only items have headers.
+    Roles are those ``render.prefix`` composes (no system: the prefix follows it).
+    """
+
+    role: Literal["developer", "user", "assistant"]
+    content: str
+
+    @field_validator("content")
+    @classmethod
+    def _no_header(cls, value: str) -> str:
+        if HEADER_START.match(value):
+            raise ValueError("session prefix text must not start like an item header (@<digit>)")
+        return value
+
+
+class RequestHeader(_Frozen):
+    """The non-history half of a request: everything besides the projection it renders."""
+
+    transport: TransportName
+    model: str = Field(min_length=1)
+    system_prompt: str | None = None
+    """Rendered as the first system message, after the protocol text."""
+    session_prefix: tuple[PrefixMessage, ...] = ()
+    """Frozen per loop instance; rendered between the system lane and history."""
+    tools: tuple[ToolDefinition, ...] = ()
+    max_tokens: int | None = Field(default=None, ge=1)
+    temperature: float | None = None
+    developer_role: bool | None = None
+    """Whether the endpoint has a native developer role; None: the transport's default
+    (OpenAI transports yes, Anthropic no)."""
+
+    @field_validator("system_prompt")
+    @classmethod
+    def _no_header(cls, value: str | None) -> str | None:
+        if value is not None and HEADER_START.match(value):
+            raise ValueError("the system prompt must not start like an item header (@<digit>)")
+        return value
+
+    @property
+    def has_developer_role(self) -> bool:
+        if self.developer_role is not None:
+            return self.developer_role
+        return self.transport != "anthropic"
+
+
+class LlmRequestRequested(Event, type="contextfold.agent/llm-request-requested"):
+    """A model request: publishes the projection through this event's offset.
+
+    ``header`` None repeats the previous request's header snapshot, so an unchanged
+    header is logged once. The event's journal time is rendered at the request's tail.
+    """
+
+    header: RequestHeader | None = None
+    reason: str | None = None
+    """Why the request was made (free text for traces; not rendered)."""
+
+
+class LlmResponse(Event, type="contextfold.agent/llm-response"):
+    """The model's answer to request ``request_offset``: evidence, not projected."""
+
+    request_offset: int = Field(ge=1)
+    model: str
+    text: str = ""
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    usage: TokenUsage | None = None
+    stop_reason: str | None = None
+
+
+class ToolCallResult(Event, type="contextfold.agent/tool-call-result"):
+    """The outcome of executing one tool call: evidence, not projected."""
+
+    tool_call_id: str = Field(min_length=1)
+    name: str
+    content: str = ""
+    is_error: bool = False
+
+
+class LlmRequestInterrupted(Event, type="contextfold.agent/llm-request-interrupted"):
+    """Request ``request_offset`` was cancelled; it stays published (sealed conservatively)."""
+
+    request_offset: int = Field(ge=1)
+    reason: str | None = None
+
+
+def assistant_item(response: Envelope[LlmResponse]) -> ContextAdded:
+    """The model-visible item for a model answer: assistant, agent actor, genuine offset."""
+    return ContextAdded(
+        role="assistant",
+        actor=Actor(type="agent"),
+        content=response.payload.text,
+        tool_calls=response.payload.tool_calls,
+        llm_request_offset=response.payload.request_offset,
+    )
+
+
+def tool_result_item(result: ToolCallResult) -> ContextAdded:
+    """The model-visible item for a tool result: developer history with a ``tool`` actor."""
+    content = f"error: {result.content}" if result.is_error else result.content
+    return ContextAdded(
+        role="developer",
+        actor=Actor(type="tool", id=result.name),
+        content=content,
+        tool_call_id=result.tool_call_id,
+    )

@@ -1,0 +1,125 @@
+"""The projection: pure reducers from context events to :class:`AgentContextState`.
+
+Keyed slots and the publication boundary (one slot per key per lane):
+
+1. the first occurrence of a key creates a slot at the end of its lane;
+2. updates before the next request replace the slot in place (its lane position and
+   its ``updates`` stay; offset and value are the new event's);
+3. ``LlmRequestRequested`` at offset R publishes everything through R;
+4. the next update of a published key appends a new occurrence with ``updates`` set to
+   the published occurrence's offset; further updates before a request coalesce into it.
+
+Unkeyed items always append. A compaction summary is handed to
+:func:`contextfold.context.compaction.apply_compaction`.
+
+``AgentContext`` is the ready fold; the ``reduce_*`` functions are the same handlers as
+plain functions.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Iterable
+from typing import Any
+
+from ..events import Envelope
+from ..folds.fold import Fold
+from .compaction import apply_compaction
+from .events import ContextAdded, LlmRequestRequested
+from .state import AgentContextState, ContextItem
+from .trust import is_trusted
+
+__all__ = ["AgentContext", "fold_context", "reduce_context_added", "reduce_request"]
+
+AgentContext: Fold[AgentContextState] = Fold(
+    "agent_context", state=AgentContextState, initial=AgentContextState, version=1
+)
+"""The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes."""
+
+
+def _is_request(state: AgentContextState, offset: int) -> bool:
+    offsets = state.request_offsets
+    index = bisect_left(offsets, offset)
+    return index < len(offsets) and offsets[index] == offset
+
+
+def _item(state: AgentContextState, ev: Envelope[ContextAdded]) -> ContextItem:
+    p = ev.payload
+    claimed = p.llm_request_offset
+    # A forged request offset (no such request, or an external actor's) executes nothing.
+    verified = (
+        claimed
+        if claimed is not None and is_trusted(p.actor) and _is_request(state, claimed)
+        else None
+    )
+    return ContextItem(
+        offset=ev.position,
+        role=p.role,
+        content=p.content,
+        actor=p.actor,
+        key=p.key,
+        refs=p.refs,
+        files=p.files,
+        tool_calls=p.tool_calls,
+        llm_request_offset=verified,
+        tool_call_id=p.tool_call_id,
+        compaction=p.compaction,
+    )
+
+
+def _place(
+    lane: tuple[ContextItem, ...], item: ContextItem, published_through: int
+) -> tuple[ContextItem, ...]:
+    if item.key is None:
+        return (*lane, item)
+    for index in range(len(lane) - 1, -1, -1):
+        current = lane[index]
+        if current.key != item.key:
+            continue
+        if current.offset > published_through:
+            # Unpublished slot: settle in place, keeping position and what it supersedes.
+            replaced = item.model_copy(update={"updates": current.updates})
+            return (*lane[:index], replaced, *lane[index + 1 :])
+        return (*lane, item.model_copy(update={"updates": current.offset}))
+    return (*lane, item)
+
+
+@AgentContext.on(ContextAdded)
+def reduce_context_added(state: AgentContextState, ev: Envelope[ContextAdded]) -> AgentContextState:
+    """Add one item: keyed slot rules, or compaction for a summary."""
+    item = _item(state, ev)
+    if item.compaction is not None:
+        return apply_compaction(state, item)
+    if item.role == "system":
+        return state.model_copy(
+            update={"system": _place(state.system, item, state.published_through)}
+        )
+    return state.model_copy(
+        update={"history": _place(state.history, item, state.published_through)}
+    )
+
+
+@AgentContext.on(LlmRequestRequested)
+def reduce_request(
+    state: AgentContextState, ev: Envelope[LlmRequestRequested]
+) -> AgentContextState:
+    """Publish the projection through the request's offset and log its header snapshot."""
+    offset = ev.position
+    return state.model_copy(
+        update={
+            "published_through": max(state.published_through, offset),
+            "header": ev.payload.header if ev.payload.header is not None else state.header,
+            "request_offset": offset,
+            "request_time": ev.meta.time,
+            "request_offsets": (*state.request_offsets, offset),
+        }
+    )
+
+
+def fold_context(
+    envelopes: Iterable[Envelope[Any]], state: AgentContextState | None = None
+) -> AgentContextState:
+    """Fold envelopes purely (``AgentContext.apply_all``), from the empty state by default."""
+    return AgentContext.apply_all(
+        state if state is not None else AgentContext.initial_state(), envelopes
+    )

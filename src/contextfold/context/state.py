@@ -1,0 +1,89 @@
+"""The reduced agent context: two lanes of items and the publication boundary.
+
+State is frozen pydantic data (tuples for sequences), so a fold can checkpoint it and
+every reader can share it. There is no ordering field: the system lane renders first,
+then history, each in lane order; item offsets are journal coordinates, not a sort key.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .events import (
+    Actor,
+    CompactionMeta,
+    FileAttachment,
+    ModelToolCall,
+    Ref,
+    RequestHeader,
+    Role,
+)
+
+__all__ = ["SYSTEM_PROMPT_KEY", "AgentContextState", "ContextItem"]
+
+SYSTEM_PROMPT_KEY = "agent/system-prompt"
+"""The well-known system-lane key of the agent's base prompt (distributed birth waits for it)."""
+
+
+class ContextItem(BaseModel):
+    """One projected item: a ``ContextAdded`` event at its source offset."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offset: int = Field(ge=1)
+    """Source offset: the stream position of the event that set this value (``@N``)."""
+    role: Role
+    content: str = ""
+    actor: Actor | None = None
+    key: str | None = None
+    updates: int | None = None
+    """Offset of the published occurrence of ``key`` this item supersedes (``updates=@N``)."""
+    refs: tuple[Ref, ...] = ()
+    files: tuple[FileAttachment, ...] = ()
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    llm_request_offset: int | None = None
+    """The answered request's offset, only when verified: a real request of this stream
+    before the item, on an item from a trusted (or no) actor. Unverified claims are dropped."""
+    tool_call_id: str | None = None
+    compaction: CompactionMeta | None = None
+
+
+class AgentContextState(BaseModel):
+    """The agent's model-facing memory, reduced from its journal.
+
+    ``system`` is the compaction-immune prefix, ``history`` developer, user and assistant
+    items. Items at or below ``published_through`` have been sent in a request and are
+    never rewritten by later events (only compaction removes history).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    system: tuple[ContextItem, ...] = ()
+    history: tuple[ContextItem, ...] = ()
+    published_through: int = 0
+    """Offset of the latest request: the projection through it has been published."""
+    header: RequestHeader | None = None
+    """The latest logged request header snapshot."""
+    request_offset: int | None = None
+    """Offset of the latest request."""
+    request_time: str | None = None
+    """Journal time of the latest request, rendered at the request's tail."""
+    request_offsets: tuple[int, ...] = ()
+    """Offsets of every request of the stream, ascending (verifies request offsets)."""
+    compacted_through: int = 0
+    """Cutoff of the latest applied compaction (0: none)."""
+
+    def lane(self, role: Role) -> tuple[ContextItem, ...]:
+        """The lane an item of ``role`` belongs to."""
+        return self.system if role == "system" else self.history
+
+    @property
+    def has_system_prompt(self) -> bool:
+        """Whether the system lane holds :data:`SYSTEM_PROMPT_KEY`: until it does, a new
+        agent's pending trigger waits (queued, not busy) instead of requesting."""
+        return any(item.key == SYSTEM_PROMPT_KEY for item in self.system)
+
+    @property
+    def items(self) -> tuple[ContextItem, ...]:
+        """Both lanes in render order: system, then history."""
+        return (*self.system, *self.history)

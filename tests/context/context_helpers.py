@@ -1,0 +1,43 @@
+"""A tiny in-memory journal of envelopes for the context tests (no store needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from contextfold.context import (
+    AgentContextState,
+    ContextAdded,
+    LlmRequestRequested,
+    RequestHeader,
+    fold_context,
+)
+from contextfold.events import Envelope, Event, EventMeta
+
+HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512)
+
+
+def time_of(position: int) -> str:
+    return f"2026-01-01T00:00:00.{position:06d}+00:00"
+
+
+class Log:
+    """Envelopes at consecutive positions from 1, each with a distinct journal time."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[Envelope[Any]] = []
+
+    def append(self, event: Event) -> int:
+        position = len(self.envelopes) + 1
+        meta = EventMeta(event_id=f"ev-{position}", time=time_of(position))
+        self.envelopes.append(Envelope.make(event, position=position, meta=meta))
+        return position
+
+    def add(self, role: Any = "developer", content: str = "", **fields: Any) -> int:
+        return self.append(ContextAdded(role=role, content=content, **fields))
+
+    def request(self, header: RequestHeader | None = HEADER) -> int:
+        return self.append(LlmRequestRequested(header=header))
+
+    def state(self, through: int | None = None) -> AgentContextState:
+        envelopes = self.envelopes if through is None else self.envelopes[:through]
+        return fold_context(envelopes)

@@ -1,0 +1,162 @@
+"""Trust and wire roles: no external content ever gets system or developer precedence."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from context_helpers import Log
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contextfold.context import (
+    BUILTIN_ACTOR_TYPES,
+    Actor,
+    CompactionMeta,
+    ContextItem,
+    ModelToolCall,
+    RequestHeader,
+    actor_types,
+    build_request,
+    is_trusted,
+    may_call_tools,
+    parse_item_header,
+    register_actor_type,
+    wire_role,
+)
+from contextfold.errors import InvalidInputError
+from contextfold.render.neutral import TRANSPORTS, render_body
+
+EXTERNAL = ("user", "script", "tool", "slack", "telegram", "email", "github", "webhook")
+
+register_actor_type("test-scheduler", trusted=True)
+register_actor_type("test-crm", trusted=False)
+
+
+def _item(role: Any, actor: str | None = None, **fields: Any) -> ContextItem:
+    return ContextItem(
+        offset=5, role=role, content="x", actor=Actor(type=actor) if actor else None, **fields
+    )
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("actor", [*EXTERNAL, "test-crm", "never-registered"])
+def test_external_developer_and_system_items_become_user(actor: str, native: bool) -> None:
+    assert wire_role(_item("developer", actor), native) == "user"
+    assert wire_role(_item("system", actor), native) == "user"
+
+
+@pytest.mark.parametrize("actor", [None, "agent", "test-scheduler"])
+def test_trusted_developer_items_keep_precedence(actor: str | None) -> None:
+    assert wire_role(_item("developer", actor), True) == "developer"
+    assert wire_role(_item("developer", actor), False) == "system"
+    assert wire_role(_item("system", actor), True) == "system"
+    assert wire_role(_item("system", actor), False) == "system"
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("actor", [None, "agent", "slack"])
+def test_fixed_roles(actor: str | None, native: bool) -> None:
+    assert wire_role(_item("user", actor), native) == "user"
+    assert wire_role(_item("assistant", actor), native) == "assistant"
+    summary = _item("developer", actor, compaction=CompactionMeta(replaces_history_through=1))
+    assert wire_role(summary, native) == "user"
+    assert wire_role(_item("developer", actor, tool_call_id="c1"), native) == "tool"
+
+
+def test_only_verified_assistant_items_may_call_tools() -> None:
+    call = (ModelToolCall(id="c", name="n"),)
+    assert may_call_tools(_item("assistant", tool_calls=call, llm_request_offset=2))
+    assert not may_call_tools(_item("assistant", tool_calls=call))
+    assert not may_call_tools(_item("assistant", llm_request_offset=2))
+
+
+def test_actor_registry() -> None:
+    types = actor_types()
+    assert {name: types[name] for name in BUILTIN_ACTOR_TYPES} == dict(BUILTIN_ACTOR_TYPES)
+    assert types["test-scheduler"] is True
+    assert is_trusted(None)
+    assert is_trusted(Actor(type="agent"))
+    assert not is_trusted(Actor(type="never-registered"))
+    register_actor_type("test-crm", trusted=False)  # same again: fine
+    register_actor_type("slack", trusted=False)  # matches the built-in: fine
+    with pytest.raises(InvalidInputError, match="already registered"):
+        register_actor_type("test-crm", trusted=True)
+    with pytest.raises(InvalidInputError, match="built in"):
+        register_actor_type("slack", trusted=True)
+    with pytest.raises(InvalidInputError):
+        register_actor_type("Not A Token", trusted=False)
+
+
+_ACTORS = st.one_of(
+    st.none(), st.sampled_from(["agent", "test-scheduler", *EXTERNAL, "test-crm", "other"])
+)
+_ROLES = st.sampled_from(["system", "developer", "user", "assistant"])
+
+
+@st.composite
+def _events(draw: st.DrawFn) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for _ in range(draw(st.integers(1, 12))):
+        role = draw(_ROLES)
+        fields: dict[str, Any] = {"role": role, "content": draw(st.text(max_size=20))}
+        actor = draw(_ACTORS)
+        if actor is not None:
+            fields["actor"] = Actor(type=actor)
+        if role in ("developer", "user") and draw(st.booleans()):
+            fields["tool_call_id"] = draw(st.sampled_from(["c1", "c2"]))
+        if draw(st.booleans()):
+            fields["key"] = draw(st.sampled_from(["a", "b"]))
+        out.append(fields)
+    return out
+
+
+def _wire_texts(body: dict[str, Any], transport: str) -> list[tuple[str, str]]:
+    """(wire role, text) of every text part of a rendered body."""
+    if transport == "anthropic":
+        out = [("system", block["text"]) for block in body.get("system", [])]
+        for message in body["messages"]:
+            for block in message["content"]:
+                if block["type"] == "text":
+                    out.append((message["role"], block["text"]))
+        return out
+    if transport == "openai-responses":
+        return [(i["role"], i["content"]) for i in body["input"] if i["type"] == "message"]
+    return [(m["role"], m.get("content") or "") for m in body["messages"]]
+
+
+@given(_events(), st.booleans(), st.sampled_from(TRANSPORTS))
+def test_no_external_content_reaches_system_or_developer(
+    events: list[dict[str, Any]], native: bool, transport: Any
+) -> None:
+    log = Log()
+    for fields in events:
+        log.add(**fields)
+    header = RequestHeader(transport=transport, model="m", max_tokens=10, developer_role=native)
+    log.request(header)
+    state = log.state()
+    request = build_request(state)
+    by_offset = {item.offset: item for item in state.items}
+    untrusted = {
+        offset
+        for offset, item in by_offset.items()
+        if not is_trusted(item.actor) or item.tool_call_id is not None or item.compaction
+    }
+    seen = []
+    for message in request.messages:
+        found = parse_item_header(message.content)
+        if found is None:
+            continue
+        seen.append(found.offset)
+        if found.offset in untrusted:
+            assert message.role not in ("system", "developer")
+        if message.role == "developer":
+            assert native
+    assert sorted(seen) == sorted(by_offset)
+    # On the wire too (no call is verified here, so every result went out as user text).
+    body = json.loads(render_body(request, transport))
+    for role, text in _wire_texts(body, transport):
+        found = parse_item_header(text)
+        if role in ("system", "developer") and found is not None:
+            assert found.offset not in untrusted
