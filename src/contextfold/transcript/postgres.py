@@ -1,0 +1,356 @@
+"""The PostgreSQL transcript store: the same rows as SQLite, for many processes and hosts.
+
+Rows live in ``cf_transcript_*`` tables with a ``namespace`` column isolating tenants.
+``data`` holds the row's JSON as text, not JSONB: JSONB refuses an escaped NUL character,
+and a model's output may contain one (cast to ``jsonb`` in ad-hoc queries). Writes to one
+session take a transaction-scoped advisory lock, so the order numbers of a session's rows
+are assigned in commit order and a reader paging with a cursor never skips a late commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from ..errors import StoreError, StoreUnavailableError
+from ..store.base import check_namespace
+from .parts import Message, Part, is_unfinished
+from .persist import (
+    DEFAULT_PAGE_SIZE,
+    CleanupResult,
+    MessagePage,
+    SessionInfo,
+    TranscriptStore,
+    check_limit,
+    check_rows,
+    check_session,
+    close_rows,
+    decode_message_row,
+    decode_part_row,
+    format_cursor,
+    parse_cursor,
+)
+
+__all__ = ["PostgresTranscriptStore"]
+
+_SCHEMA_LOCK = 0x63665F7478  # any constant: serialises concurrent schema creation
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cf_transcript_sessions (
+    namespace TEXT NOT NULL,
+    id TEXT NOT NULL,
+    created TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    PRIMARY KEY (namespace, id)
+);
+CREATE TABLE IF NOT EXISTS cf_transcript_messages (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    namespace TEXT NOT NULL,
+    session TEXT NOT NULL,
+    id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    open BOOLEAN NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (namespace, session, id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS cf_transcript_messages_order
+    ON cf_transcript_messages (namespace, session, seq);
+CREATE INDEX IF NOT EXISTS cf_transcript_messages_open
+    ON cf_transcript_messages (namespace, session) WHERE open;
+CREATE TABLE IF NOT EXISTS cf_transcript_parts (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    namespace TEXT NOT NULL,
+    session TEXT NOT NULL,
+    message_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    open BOOLEAN NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (namespace, session, id)
+);
+CREATE INDEX IF NOT EXISTS cf_transcript_parts_by_message
+    ON cf_transcript_parts (namespace, session, message_id, seq);
+CREATE INDEX IF NOT EXISTS cf_transcript_parts_open
+    ON cf_transcript_parts (namespace, session) WHERE open;
+"""
+
+_UPSERT_SESSION = (
+    "INSERT INTO cf_transcript_sessions (namespace, id, created, updated) VALUES (%s, %s, %s, %s)"
+    " ON CONFLICT (namespace, id) DO UPDATE"
+    " SET updated = GREATEST(cf_transcript_sessions.updated, EXCLUDED.updated)"
+)
+_UPSERT_MESSAGE = (
+    "INSERT INTO cf_transcript_messages (namespace, session, id, role, open, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, session, id) DO UPDATE SET"
+    " role = EXCLUDED.role, open = EXCLUDED.open, data = EXCLUDED.data"
+)
+_UPSERT_PART = (
+    "INSERT INTO cf_transcript_parts (namespace, session, message_id, id, kind, open, data)"
+    " VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, session, id) DO UPDATE SET"
+    " message_id = EXCLUDED.message_id, kind = EXCLUDED.kind, open = EXCLUDED.open,"
+    " data = EXCLUDED.data"
+)
+_LOCK_SESSION = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+
+
+class PostgresTranscriptStore(TranscriptStore):
+    """Transcript rows in PostgreSQL, reached through a psycopg connection pool."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        namespace: str = "default",
+        min_size: int = 1,
+        max_size: int = 4,
+        _pool: AsyncConnectionPool | None = None,
+    ) -> None:
+        self.namespace = check_namespace(namespace)
+        self.dsn = dsn
+        self.url = _redact(dsn)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._shared: dict[str, Any] = {"pool": _pool, "closed": False, "lock": asyncio.Lock()}
+
+    def with_namespace(self, namespace: str) -> PostgresTranscriptStore:
+        """The same database and pool, scoped to another namespace (closing either closes both)."""
+        view = PostgresTranscriptStore(self.dsn, namespace=namespace)
+        view._shared = self._shared
+        return view
+
+    async def open(self) -> None:
+        await self._pool()
+
+    async def close(self) -> None:
+        if self._shared["closed"]:
+            return
+        self._shared["closed"] = True
+        pool: AsyncConnectionPool | None = self._shared["pool"]
+        if pool is not None:
+            await pool.close()
+
+    async def _pool(self) -> AsyncConnectionPool:
+        if self._shared["closed"]:
+            raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
+        pool: AsyncConnectionPool | None = self._shared["pool"]
+        if pool is not None:
+            return pool
+        async with self._shared["lock"]:  # concurrent first calls open one pool
+            if self._shared["pool"] is None:
+                self._shared["pool"] = await self._open_pool()
+        opened: AsyncConnectionPool = self._shared["pool"]
+        return opened
+
+    async def _open_pool(self) -> AsyncConnectionPool:
+        pool = AsyncConnectionPool(
+            self.dsn,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            open=False,
+            kwargs={"autocommit": True},
+        )
+        try:
+            await pool.open(wait=True, timeout=30)
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                await conn.execute(_SCHEMA)
+        except Exception as exc:
+            await pool.close()
+            raise StoreUnavailableError(
+                f"cannot open the transcript store at {self.url}: {exc}"
+            ) from exc
+        return pool
+
+    @asynccontextmanager
+    async def _conn(
+        self, *, transaction: bool = False
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        pool = await self._pool()
+        try:
+            async with pool.connection() as conn:
+                if transaction:
+                    async with conn.transaction():
+                        yield conn
+                else:
+                    yield conn
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"PostgreSQL at {self.url} is unavailable: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"PostgreSQL error on transcript store {self.url}: {exc}") from exc
+
+    # -- writing ------------------------------------------------------------------------
+
+    async def _lock(self, conn: psycopg.AsyncConnection[Any], sessions: Sequence[str]) -> None:
+        # Sorted, so two writers touching the same sessions never deadlock.
+        for session in sorted(set(sessions)):
+            await conn.execute(_LOCK_SESSION, (f"{self.namespace}\x1f{session}",))
+
+    async def _upsert(
+        self, conn: psycopg.AsyncConnection[Any], messages: Sequence[Message], parts: Sequence[Part]
+    ) -> None:
+        ns = self.namespace
+        async with conn.cursor() as cur:
+            if messages:
+                await cur.executemany(
+                    _UPSERT_SESSION,
+                    [(ns, m.session, m.created, m.completed or m.created) for m in messages],
+                )
+                await cur.executemany(
+                    _UPSERT_MESSAGE,
+                    [
+                        (
+                            ns,
+                            m.session,
+                            m.id,
+                            m.role,
+                            m.completed is None,
+                            m.model_dump_json(),
+                        )
+                        for m in messages
+                    ],
+                )
+            if parts:
+                await cur.executemany(
+                    _UPSERT_PART,
+                    [
+                        (
+                            ns,
+                            p.session,
+                            p.message_id,
+                            p.id,
+                            p.kind,
+                            is_unfinished(p),
+                            p.model_dump_json(),
+                        )
+                        for p in parts
+                    ],
+                )
+
+    async def write(self, *, messages: Sequence[Message] = (), parts: Sequence[Part] = ()) -> None:
+        messages, parts = tuple(messages), tuple(parts)
+        check_rows(messages, parts)
+        if not messages and not parts:
+            return
+        async with self._conn(transaction=True) as conn:
+            await self._lock(conn, [m.session for m in messages] + [p.session for p in parts])
+            await self._upsert(conn, messages, parts)
+
+    async def cleanup_unfinished(
+        self, session: str, confirmed: Mapping[str, str] | None = None, *, now: str | None = None
+    ) -> CleanupResult:
+        check_session(session)
+        async with self._conn(transaction=True) as conn:
+            await self._lock(conn, [session])
+            messages, parts = await self._unfinished(conn, session)
+            closed = close_rows(messages, parts, confirmed, now)
+            await self._upsert(conn, closed.messages, closed.parts)
+        return closed
+
+    # -- reading ------------------------------------------------------------------------
+
+    async def get_message(self, session: str, message_id: str) -> Message | None:
+        check_session(session)
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT data FROM cf_transcript_messages"
+                " WHERE namespace = %s AND session = %s AND id = %s",
+                (self.namespace, session, message_id),
+            )
+            row = await cur.fetchone()
+        return None if row is None else decode_message_row(row[0], session)
+
+    async def get_part(self, session: str, part_id: str) -> Part | None:
+        check_session(session)
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT data FROM cf_transcript_parts"
+                " WHERE namespace = %s AND session = %s AND id = %s",
+                (self.namespace, session, part_id),
+            )
+            row = await cur.fetchone()
+        return None if row is None else decode_part_row(row[0], session)
+
+    async def page_messages(
+        self, session: str, *, after: str | None = None, limit: int = DEFAULT_PAGE_SIZE
+    ) -> MessagePage:
+        check_session(session)
+        check_limit(limit)
+        start = parse_cursor(after)
+        async with self._conn() as conn:
+            cur = await conn.execute(
+                "SELECT seq, data FROM cf_transcript_messages"
+                " WHERE namespace = %s AND session = %s AND seq > %s ORDER BY seq, id LIMIT %s",
+                (self.namespace, session, start, limit + 1),
+            )
+            rows = await cur.fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        cursor = format_cursor(rows[-1][0]) if rows else after
+        return MessagePage(tuple(decode_message_row(d, session) for _, d in rows), cursor, more)
+
+    async def parts_of(
+        self, session: str, message_ids: Sequence[str]
+    ) -> Mapping[str, tuple[Part, ...]]:
+        check_session(session)
+        ids = list(dict.fromkeys(message_ids))
+        found: dict[str, list[Part]] = {i: [] for i in ids}
+        if ids:
+            async with self._conn() as conn:
+                cur = await conn.execute(
+                    "SELECT message_id, data FROM cf_transcript_parts"
+                    " WHERE namespace = %s AND session = %s AND message_id = ANY(%s) ORDER BY seq",
+                    (self.namespace, session, ids),
+                )
+                for message_id, data in await cur.fetchall():
+                    found[message_id].append(decode_part_row(data, session))
+        return {i: tuple(found[i]) for i in ids}
+
+    async def _unfinished(
+        self, conn: psycopg.AsyncConnection[Any], session: str
+    ) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
+        args = (self.namespace, session)
+        cur = await conn.execute(
+            "SELECT data FROM cf_transcript_messages"
+            " WHERE namespace = %s AND session = %s AND open ORDER BY seq",
+            args,
+        )
+        messages = tuple(decode_message_row(r[0], session) for r in await cur.fetchall())
+        cur = await conn.execute(
+            "SELECT data FROM cf_transcript_parts"
+            " WHERE namespace = %s AND session = %s AND open ORDER BY seq",
+            args,
+        )
+        parts = tuple(decode_part_row(r[0], session) for r in await cur.fetchall())
+        return messages, parts
+
+    async def unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
+        check_session(session)
+        async with self._conn() as conn:
+            return await self._unfinished(conn, session)
+
+    async def sessions(self, *, limit: int | None = None) -> tuple[SessionInfo, ...]:
+        sql = "SELECT id, created, updated FROM cf_transcript_sessions WHERE namespace = %s"
+        sql += " ORDER BY created, id"
+        args: list[Any] = [self.namespace]
+        if limit is not None:
+            sql += " LIMIT %s"
+            args.append(check_limit(limit))
+        async with self._conn() as conn:
+            cur = await conn.execute(sql, args)
+            rows = await cur.fetchall()
+        return tuple(SessionInfo(*row) for row in rows)
+
+
+def _redact(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return "postgresql://…"
+    host = info.get("host", "localhost")
+    port = info.get("port", "5432")
+    return f"postgresql://{host}:{port}/{info.get('dbname', '')}"
