@@ -25,7 +25,8 @@ def demo(
     """Run the demo session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
 
-    asyncio.run(run_demo(db, fresh=fresh, console=console))
+    if not asyncio.run(run_demo(db, fresh=fresh, console=console)):
+        raise typer.Exit(1)
 
 
 @app.command()

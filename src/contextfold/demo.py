@@ -1,61 +1,195 @@
-"""The demo session behind ``contextfold demo``: the journal on an embedded SQLite file."""
+"""The demo session behind ``contextfold demo``: a real agent on an embedded SQLite journal.
+
+A coding assistant answers questions about a small sample workspace with two tools, while
+a simulated CI webhook (an external actor) posts keyed status updates. The session has a
+session prefix, crosses the compaction threshold once, and ends by rebuilding every
+recorded request from the journal and checking the bytes.
+"""
 
 from __future__ import annotations
 
-import asyncio
+import os
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from .events import Event
+from .context.events import Actor, ContextAdded, LlmRequestPolicy
+from .context.projection import AgentContext
+from .context.rebuild import verify_requests
 from .journal import open_journal
+from .render.envelope import Layer, TurnEvent, compile_turn
+from .render.neutral import NeutralMessage
+from .render.prefix import SessionPrefix
+from .runtime.local import LocalModel
+from .runtime.loop import Agent, system_prompt
+from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
+from .views.tokens import approx_tokens
 
-__all__ = ["run_demo"]
+__all__ = ["SAMPLE_WORKSPACE", "pick_model", "run_demo"]
+
+SAMPLE_WORKSPACE: dict[str, str] = {
+    "README.md": "# billing-service\nA small service that turns usage records into invoices.\n"
+    "Entry point: src/app.py. Rates live in src/rates.py.\n",
+    "src/app.py": "from rates import price_for\n\n\ndef invoice(records):\n"
+    "    \"\"\"Sum the price of every usage record into one invoice total.\"\"\"\n"
+    "    total = 0\n    for record in records:\n        total += price_for(record['plan'], record['units'])\n"
+    "    return round(total, 2)\n",
+    "src/rates.py": "RATES = {'free': 0.0, 'pro': 0.12, 'team': 0.09}\n\n\n"
+    "def price_for(plan, units):\n    \"\"\"Price of `units` on `plan`; unknown plans raise KeyError.\"\"\"\n"
+    "    return RATES[plan] * units\n",
+    "tests/test_app.py": "from app import invoice\n\n\ndef test_invoice():\n"
+    "    assert invoice([{'plan': 'pro', 'units': 10}]) == 1.2\n",
+    "docs/deploy.md": "".join(
+        f"Step {n}: deploys run from CI on every merge to main; a failing test blocks the deploy "
+        f"and the on-call engineer is paged (runbook section {n}).\n" for n in range(1, 40)
+    ),
+}
+
+QUESTIONS = (
+    "Where are the rates defined?",
+    "How is an invoice total computed?",
+    "What happens with an unknown plan?",
+    "How do deploys work?",
+)
 
 
-class DemoNote(Event, type="contextfold.demo/note"):
-    text: str
+def make_workspace(root: Path) -> Path:
+    for name, text in SAMPLE_WORKSPACE.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
 
 
-async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = None) -> None:
-    """Append, read and tail a stream in ``db``, printing each step."""
+def workspace_tools(root: Path) -> list[Any]:
+    def search_files(query: str) -> str:
+        """Search the workspace for a word; returns path:line: text for each match."""
+        hits = []
+        for path in sorted(root.rglob("*")):
+            if path.is_file():
+                for number, line in enumerate(path.read_text().splitlines(), start=1):
+                    if query.lower() in line.lower():
+                        hits.append(f"{path.relative_to(root)}:{number}: {line.strip()}")
+        return "\n".join(hits[:20]) or f"no match for {query!r}"
+
+    def read_file(path: str) -> str:
+        """Read a file of the workspace (relative path)."""
+        target = (root / path).resolve()
+        if root.resolve() not in target.parents:
+            raise ValueError(f"{path!r} is outside the workspace")
+        return target.read_text()
+
+    return [search_files, read_file]
+
+
+def pick_model() -> tuple[ModelClient, str]:
+    """The provider from the environment, or the local deterministic model."""
+    if os.environ.get("OPENAI_API_KEY"):
+        name = os.environ.get("CONTEXTFOLD_OPENAI_MODEL", "gpt-4o-mini")
+        return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL")), f"OpenAI ({name})"
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        name = os.environ.get("CONTEXTFOLD_ANTHROPIC_MODEL", "claude-3-5-haiku-latest")
+        return AnthropicModel(name), f"Anthropic ({name})"
+    return LocalModel(), "the local deterministic model (no OPENAI_API_KEY or ANTHROPIC_API_KEY is set)"
+
+
+class _Printer:
+    """Prints the loop's steps and plays the CI webhook while tools run."""
+
+    def __init__(self, console: Console, journal: Any, stream: str) -> None:
+        self.console, self.journal, self.stream = console, journal, stream
+        self.build = 0
+
+    async def on_event(self, name: str, **data: Any) -> None:
+        out = self.console
+        if name == "request":
+            rendered = data["rendered"]
+            out.print(f"  [cyan]→ request @{data['offset']}[/] {rendered.transport}, {len(rendered.body)} bytes, sha256 {rendered.sha256[:12]}…")
+        elif name == "response":
+            output = data["output"]
+            calls = ", ".join(f"{c.name}({c.arguments})" for c in output.tool_calls)
+            text = output.text.splitlines()[0] if output.text else ""
+            out.print(f"  [green]← answer[/] {text[:90]}" + (f"  [yellow]calls[/] {calls}" if calls else ""))
+        elif name == "tool-start":
+            # The CI webhook posts while the model works: a keyed status slot, external actor.
+            self.build += 1
+            await self.journal.append(
+                self.stream,
+                ContextAdded(
+                    role="developer", actor=Actor(type="webhook", id="ci"), key="ci/status",
+                    content=f"CI build #{self.build}: {'passed' if self.build % 3 else 'failed: tests/test_app.py'}",
+                    llm_request_policy=LlmRequestPolicy(behaviour="none"),
+                ),
+                actor="webhook",
+            )
+            out.print(f"  [magenta]webhook[/] ci/status ← build #{self.build}")
+        elif name == "tool-end":
+            outcome = data["outcome"]
+            out.print(f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars{' (error)' if outcome.is_error else ''}")
+        elif name == "compaction":
+            out.print(f"  [bold red]compaction[/] summary replaces history through @{data['offset']}")
+        elif name == "interrupted":
+            out.print(f"  [red]interrupted[/] request @{data['offset']} by @{data['by']}")
+
+
+async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = None) -> bool:
+    """Run the demo session in ``db``; returns True when every request rebuilt byte for byte."""
     out = console or Console()
     db.parent.mkdir(parents=True, exist_ok=True)
-    journal = open_journal(f"sqlite:///{db}")
-    stream = "demo/session-1"
-    try:
+    root = make_workspace(db.parent / "workspace")
+    model, described = pick_model()
+    stream = "demo/coding-session"
+    async with open_journal(f"sqlite:///{db}") as journal:
         if fresh:
             await journal.delete_stream(stream)
-        out.print(f"[bold]contextfold demo[/] journal: [cyan]{db.resolve()}[/]")
-        first = await journal.append(
-            stream, [DemoNote(text="hello"), DemoNote(text="world")], idempotency_key="demo-1"
-        )
-        out.print(f"appended positions {first.first_position}..{first.last_position}")
-        retry = await journal.append(
-            stream, [DemoNote(text="hello"), DemoNote(text="world")], idempotency_key="demo-1"
-        )
-        out.print(f"retried the same idempotent append: deduplicated={retry.deduplicated}")
+        out.print(f"[bold]contextfold demo[/]  journal: [cyan]{db.resolve()}[/]  stream: {stream}")
+        out.print(f"model: {described}")
+        prefix = SessionPrefix()
 
-        received: list[str] = []
+        @prefix.contributor
+        async def workspace_digest(next_: Any) -> tuple[NeutralMessage, ...]:
+            files = ", ".join(sorted(SAMPLE_WORKSPACE))
+            return (NeutralMessage(role="user", content=f"<workspace-files>{files}</workspace-files>"), *await next_())
 
-        async def tail() -> None:
-            async for event in journal.subscribe(stream, after=first.cursor, poll_interval=0.02):
-                received.append(event.payload["text"])
-                out.print(f"  tail received @{event.position}: {event.payload['text']}")
-                if len(received) == 2:
-                    return
+        printer = _Printer(out, journal, stream)
+        agent = Agent(journal, stream, model, tools=workspace_tools(root), prefix=prefix, max_tokens=512, observer=printer,
+                      compaction_threshold=0.3)
 
-        task = asyncio.create_task(tail())
-        await journal.append(stream, DemoNote(text="live one"))
-        await journal.append(stream, DemoNote(text="live two"))
-        await asyncio.wait_for(task, 10)
+        # Distributed birth: the first question arrives before the system prompt.
+        await journal.append(stream, ContextAdded(role="user", actor=Actor(type="user"), content=QUESTIONS[0]), actor="user")
+        report = await agent.run_until_idle()
+        out.print(f"before the system prompt: status [bold]{report.status}[/] ({report.reason})")
+        await journal.append(stream, system_prompt("You are a careful coding assistant. Use the tools; cite files."), actor="agent")
+        for index, question in enumerate(QUESTIONS):
+            if index:
+                await journal.append(stream, ContextAdded(role="user", actor=Actor(type="user"), content=question), actor="user")
+            out.print(f"[bold]user[/] {question}")
+            report = await agent.run_until_idle()
 
-        table = Table(title=f"stream {stream}")
-        for column in ("position", "type", "payload"):
-            table.add_column(column)
-        async for event in journal.read_all(stream):
-            table.add_row(str(event.position), event.type, event.data.decode())
+        state = await journal.fold(AgentContext, stream)
+        drifts = await verify_requests(journal, stream)
+        requests = len(state.request_offsets)
+        table = Table(title="tokens per lane (approximate: JSON length / 4)")
+        table.add_column("lane")
+        table.add_column("items", justify="right")
+        table.add_column("tokens", justify="right")
+        prefix_messages = state.header.session_prefix if state.header else ()
+        for lane, items in (("system", state.system), ("session prefix", prefix_messages), ("history", state.history)):
+            table.add_row(lane, str(len(items)), str(sum(approx_tokens(i.content) for i in items)))
         out.print(table)
-    finally:
-        await journal.close()
+        last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
+        compiled = compile_turn(
+            [Layer("system", system_prompt("").content or "coding assistant"), Layer("history", "\n".join(i.content for i in state.history))],
+            TurnEvent(kind="message", author="user", actor="user", event_id=f"@{last_user.offset if last_user else 0}",
+                      content=last_user.content if last_user else ""),
+        )
+        out.print(f"turn envelope manifest hash: [bold]{compiled.manifest.hash}[/]")
+        out.print(f"compactions: {state.compacted_through and 'history compacted through @' + str(state.compacted_through) or 'none'}")
+        if drifts:
+            out.print(f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild byte for byte:[/] {drifts}")
+        else:
+            out.print(f"[bold green]all {requests} recorded requests rebuild byte for byte from the journal[/]")
+        out.print(f"journal file: [cyan]{db.resolve()}[/]")
+        return not drifts

@@ -380,7 +380,9 @@ class Journal:
         if view is None or budget is None or summarize is None:
             raise TypeError("compact needs next, or view=, budget= and summarize=")
         from .views.policy import compact_with_view
+        from .views.view import check_budget
 
+        check_budget(budget)  # a ValueError before budget / 2 below can fail on a non-number
         return await compact_with_view(
             self.folds,
             fold,

@@ -60,6 +60,7 @@ CONTEXT_WINDOWS: Mapping[str, int] = {
     "llama-3.3": 131_072,
     "mistral-large": 131_072,
     "deepseek-": 128_000,
+    "contextfold-local": 8_192,
 }
 """Known context windows in tokens, by model-name prefix (the longest match wins)."""
 

@@ -247,6 +247,8 @@ class RequestHeader(_Frozen):
     tools: tuple[ToolDefinition, ...] = ()
     max_tokens: int | None = Field(default=None, ge=1)
     temperature: float | None = None
+    stream: bool = False
+    """Whether the request asks the provider for a server-sent event stream."""
     developer_role: bool | None = None
     """Whether the endpoint has a native developer role; None: the transport's default
     (OpenAI transports yes, Anthropic no)."""

@@ -362,4 +362,5 @@ def build_request(
         ),
         max_tokens=header.max_tokens,
         temperature=header.temperature,
+        stream=header.stream,
     )

@@ -7,6 +7,7 @@ incrementally from a journal, cached (see :mod:`contextfold.folds.reader`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -22,6 +23,13 @@ __all__ = ["Fold", "FoldBase", "Handler", "MissingSegment", "Scope"]
 S = TypeVar("S")
 Scope = Literal["context", "run"]
 Handler = Callable[[S, Envelope[Any]], S]
+
+
+# Checkpoints encode strictly: a field the schema does not know is an error, not dropped
+# (validate_python takes ``extra`` since pydantic 2.12; older versions drop such fields).
+STRICT_EXTRA: dict[str, Any] = (
+    {"extra": "forbid"} if "extra" in inspect.signature(TypeAdapter.validate_python).parameters else {}
+)
 
 
 class MissingSegment(Exception):
@@ -190,7 +198,7 @@ class Fold(FoldBase[S]):
         if not self.can_compact or self._adapter is None:
             return super().encode_state(state)
         try:
-            checked = self._adapter.validate_python(state, strict=False)
+            checked = self._adapter.validate_python(state, strict=False, **STRICT_EXTRA)
             return self._adapter.dump_python(checked, mode="json", warnings="error")
         except (ValidationError, ValueError, TypeError) as exc:
             raise FoldCompactionError(

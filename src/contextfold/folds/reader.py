@@ -13,7 +13,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from opentelemetry import metrics
@@ -50,6 +50,14 @@ class Skipped:
     position: int
     event_id: str
     detail: str
+
+
+@dataclass(slots=True)
+class _Flight:
+    """The single-flight lock of one cached state, and how many reads hold or await it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 @dataclass(slots=True)
@@ -100,9 +108,9 @@ class FoldReader:
 
     def __init__(self, store: Store, cache: FoldCache | None = None, *, clock: Callable[[], float] = time.monotonic):
         self.store = store
-        self.cache = cache or FoldCache()
+        self.cache = cache if cache is not None else FoldCache()  # an empty cache is falsy (__len__)
         self._clock = clock
-        self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
+        self._locks: dict[tuple[Any, ...], _Flight] = {}
         self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._compactable: dict[tuple[str, int], FoldBase[Any]] = {}
         self._names: dict[str, FoldBase[Any]] = {}
@@ -158,23 +166,32 @@ class FoldReader:
         self._check_identity(fold)
         if fold.scope == "run" and run_id is None:
             raise FoldDefinitionError(f"fold {fold.name} is run-scoped: read it with run_id=…")
-        key = (namespace, stream, id(fold), run_id if fold.scope == "run" else None)
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            entry = self.cache.get(key, self._clock())
-            start: Start = "warm"
-            if entry is None or entry.state is None:
-                start = "cold"
-                entry = await self._cold(fold, namespace, stream)
-            folded, reset = await self._catch_up(fold, namespace, stream, entry, run_id)
-            if reset:
-                start = "reset"
-                entry = await self._cold(fold, namespace, stream)
-                folded, _ = await self._catch_up(fold, namespace, stream, entry, run_id)
-            entry.touched = self._clock()
-            self.cache.put(key, entry)
-            _events_counter.add(folded, {"fold": fold.name, "start": start})
-            return entry.state, entry.cursor
+        # The fold object itself, not id(fold): a dead fold's id may be reused by another.
+        key = (namespace, stream, fold, run_id if fold.scope == "run" else None)
+        flight = self._locks.get(key)
+        if flight is None:
+            flight = self._locks[key] = _Flight()
+        flight.users += 1
+        try:
+            async with flight.lock:
+                entry = self.cache.get(key, self._clock())
+                start: Start = "warm"
+                if entry is None or entry.state is None:
+                    start = "cold"
+                    entry = await self._cold(fold, namespace, stream)
+                folded, reset = await self._catch_up(fold, namespace, stream, entry, run_id)
+                if reset:
+                    start = "reset"
+                    entry = await self._cold(fold, namespace, stream)
+                    folded, _ = await self._catch_up(fold, namespace, stream, entry, run_id)
+                entry.touched = self._clock()
+                self.cache.put(key, entry)
+                _events_counter.add(folded, {"fold": fold.name, "start": start})
+                return entry.state, entry.cursor
+        finally:
+            flight.users -= 1
+            if flight.users == 0:  # keep locks only while reads are in flight
+                del self._locks[key]
 
     def end_run(self, namespace: str, stream: str, run_id: str) -> None:
         """Drop the run-scoped states of a run that ended."""

@@ -17,7 +17,7 @@ from pyrsistent import PVector, pvector
 
 from ..errors import FoldCompactionError, FoldDefinitionError
 from ..events import E, Envelope
-from .fold import FoldBase, MissingSegment, Scope
+from .fold import STRICT_EXTRA, FoldBase, MissingSegment, Scope
 from .freeze import freeze
 
 __all__ = ["OnMissing", "Segment", "SegmentedFold", "SegmentedState"]
@@ -191,14 +191,14 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
         try:
             segments = []
             for segment in state.segments:
-                data = self._data_adapter.validate_python(segment.data)
+                data = self._data_adapter.validate_python(segment.data, **STRICT_EXTRA)
                 segments.append({"id": segment.id, "data": self._data_adapter.dump_python(data, mode="json")})
             summary = None
             if state.summary is not None:
                 if self._summary_adapter is None:
                     raise ValueError("the fold has no summary schema but the state has a summary")
                 summary = self._summary_adapter.dump_python(
-                    self._summary_adapter.validate_python(state.summary), mode="json"
+                    self._summary_adapter.validate_python(state.summary, **STRICT_EXTRA), mode="json"
                 )
         except (ValidationError, ValueError, TypeError) as exc:
             raise FoldCompactionError(

@@ -31,7 +31,8 @@ class elide:  # noqa: N801 - used like a function: cf.elide(keep_newest=4, map=â
         self.keep_newest = keep_newest
         self.map = map
         self.where = where
-        self._key = ("elide", id(self))
+        # A key object of its own, not id(self): memos outlive strategies, and ids are reused.
+        self._key = ("elide", object())
 
     def apply(self, segment: Segment[Any], index: int, length: int) -> Segment[Any]:
         if index >= length - self.keep_newest:

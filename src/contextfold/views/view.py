@@ -171,7 +171,8 @@ class ContextView(Generic[S]):
         self.count_summary = count_summary or approx_tokens
         self.measure = measure
         self.strategies = tuple(strategies)
-        self._key = ("count", id(self))
+        # A key object of its own, not id(self): memos outlive views, and ids are reused.
+        self._key = ("count", object())
         self.__name__ = f"{fold.name}View"
 
     def count(self, segment: Segment[Any]) -> float:

@@ -1,0 +1,105 @@
+"""Rebuilding recorded requests from the journal, byte for byte, and verifying them.
+
+A request @N is a pure function of the journal through N: the context fold through the
+request event (which carries its header snapshot) rendered for the header's transport.
+Whatever is appended later, the rebuild gives the same bytes. ``RequestRecorded`` keeps
+the hash of the bytes actually sent, so :func:`verify_requests` can prove it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from pydantic import Field, ValidationError
+
+from ..errors import RebuildError
+from ..events import Event, StoredEvent
+from ..render.neutral import RenderedRequest, render_request
+from .events import LlmRequestRequested
+from .projection import AgentContext
+from .request import build_request
+from .state import AgentContextState
+
+__all__ = ["RequestDrift", "RequestRecorded", "rebuild_request", "rebuild_state", "verify_requests"]
+
+
+class RequestRecorded(Event, type="contextfold.agent/request-recorded"):
+    """What was sent for request ``request_offset``: transport, size and SHA-256 of the body."""
+
+    request_offset: int = Field(ge=1)
+    transport: str
+    sha256: str
+    size: int = Field(ge=0)
+
+
+class _Reader(Protocol):
+    def read_all(self, stream: str, *, after: str | None = None, page_size: int = 1000) -> AsyncIterator[StoredEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDrift:
+    """A recorded request whose rebuild differs (or fails)."""
+
+    request_offset: int
+    recorded: str
+    rebuilt: str | None
+    error: str | None = None
+
+
+async def rebuild_state(journal: _Reader, stream: str, offset: int) -> AgentContextState:
+    """The agent context folded through ``offset`` (inclusive), from the journal's start."""
+    state = AgentContext.initial_state()
+    async for stored in journal.read_all(stream):
+        if stored.position > offset:
+            break
+        try:
+            envelope = AgentContext.decode(stored)
+        except (ValueError, ValidationError):
+            continue  # the fold skips what does not decode; the rebuild must agree
+        if envelope is not None:
+            state = AgentContext.apply(state, envelope)
+    return state
+
+
+async def rebuild_request(journal: _Reader, stream: str, offset: int) -> RenderedRequest:
+    """The exact request body of request @``offset``. Raises RebuildError when @offset is not
+    a request event or cannot be rendered."""
+    state = await rebuild_state(journal, stream, offset)
+    if state.request_offset != offset or state.header is None:
+        raise RebuildError(
+            f"stream {stream!r} position {offset} is not a model request with a header "
+            "(an LlmRequestRequested); pass the offset of a request event"
+        )
+    try:
+        return render_request(build_request(state), state.header.transport)
+    except Exception as exc:
+        raise RebuildError(f"request @{offset} of stream {stream!r} cannot be rebuilt: {exc}") from exc
+
+
+async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
+    """Rebuild every recorded request of ``stream`` and report those whose bytes differ."""
+    recorded: dict[int, str] = {}
+    requests: list[int] = []
+    async for stored in journal.read_all(stream):
+        if stored.type == RequestRecorded.event_type:
+            record = stored.decode(RequestRecorded)
+            assert isinstance(record, RequestRecorded)
+            recorded[record.request_offset] = record.sha256
+        elif stored.type == LlmRequestRequested.event_type:
+            requests.append(stored.position)
+    drifts: list[RequestDrift] = []
+    for offset in requests:
+        if offset not in recorded:
+            continue  # requested but never sent (interrupted before rendering)
+        try:
+            rebuilt = await rebuild_request(journal, stream, offset)
+        except RebuildError as exc:
+            drifts.append(RequestDrift(offset, recorded[offset], None, str(exc)))
+            continue
+        if rebuilt.sha256 != recorded[offset]:
+            drifts.append(RequestDrift(offset, recorded[offset], rebuilt.sha256))
+    return tuple(drifts)
+
+

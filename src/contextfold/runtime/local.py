@@ -1,0 +1,82 @@
+"""The local deterministic model: an offline coding assistant for the demo and for tests.
+
+It reads the neutral request like a model would read the rendered one: the newest user
+question, the tool results since, and the instruction of a compaction request. Given the
+same request it always answers the same, and it reports usage as request bytes / 4.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ..context.compaction import COMPACTION_INSTRUCTION
+from ..context.request import TAIL_PREFIX, parse_item_header
+from ..render.neutral import NeutralMessage, NeutralRequest, ToolCall
+from .models import FunctionModel, ModelOutput
+
+__all__ = ["LocalModel"]
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
+_STOP = {"what", "which", "where", "does", "from", "with", "that", "this", "file", "files", "please", "about", "there", "show", "explain", "find", "tell", "have",
+         "defined", "computed", "happens", "work", "works", "used", "when", "their", "your"}
+
+
+def _body(message: NeutralMessage) -> str:
+    """An item's content without its one-line header."""
+    first, _, rest = message.content.partition("\n")
+    return rest if parse_item_header(first) is not None else message.content
+
+
+def _summary(request: NeutralRequest) -> str:
+    asked = [_body(m).strip() for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX)]
+    tools = sum(1 for m in request.messages if m.role == "tool")
+    lines = [f"Summary of the conversation so far ({tools} tool results)."]
+    lines += [f"- The user asked: {json.dumps(q[:160])}" for q in asked if q][-6:]
+    return "\n".join(lines)
+
+
+def _decide(request: NeutralRequest) -> ModelOutput:
+    messages = [m for m in request.messages if not (m.role == "user" and m.content.startswith(TAIL_PREFIX))]
+    if messages and messages[-1].content == COMPACTION_INSTRUCTION:
+        return ModelOutput(text=_summary(request))
+    question_at = max((i for i, m in enumerate(messages) if m.role == "user" and _body(m).strip().endswith("?")), default=-1)
+    if question_at < 0:
+        return ModelOutput(text="I am ready. Ask me about the workspace.")
+    question = _body(messages[question_at]).strip()
+    since = messages[question_at + 1 :]
+    results = [m for m in since if m.role == "tool"]
+    tool_names = {t.name for t in request.tools}
+    step = len(results)
+    if step == 0 and "search_files" in tool_names:
+        words = [w.lower() for w in _WORD.findall(question) if w.lower() not in _STOP]
+        query = words[0] if words else question.split()[-1].strip("?")
+        return ModelOutput(
+            text=f"Let me search the workspace for {query!r}.",
+            tool_calls=(ToolCall(id=f"call_{len(request.messages)}_search", name="search_files", arguments=json.dumps({"query": query})),),
+        )
+    if step == 1 and "read_file" in tool_names:
+        found = re.findall(r"^([\w./-]+\.\w+):\d+:", _body(results[0]), flags=re.M)
+        if found:
+            return ModelOutput(
+                text=f"Reading {found[0]}.",
+                tool_calls=(ToolCall(id=f"call_{len(request.messages)}_read", name="read_file", arguments=json.dumps({"path": found[0]})),),
+            )
+    status = [
+        _body(m).strip() for m in messages
+        if m.role == "user" and parse_item_header(m.content.partition("\n")[0]) is not None
+        and 'key="ci/status"' in m.content.partition("\n")[0]
+    ]
+    evidence = _body(results[-1]).strip().splitlines() if results else []
+    answer = [f"Answer to {json.dumps(question)}:"]
+    answer += [f"  {line}" for line in evidence[:6]] or ["  I found nothing relevant in the workspace."]
+    if status:
+        answer.append(f"(Latest CI status I was told: {status[-1]})")
+    return ModelOutput(text="\n".join(answer))
+
+
+class LocalModel(FunctionModel):
+    """A deterministic, offline model. ``transport`` decides the wire body it is sent."""
+
+    def __init__(self, *, model: str = "contextfold-local", transport: str = "openai-chat", stream_chunk: int = 24) -> None:
+        super().__init__(_decide, model=model, transport=transport, stream_chunk=stream_chunk)  # type: ignore[arg-type]

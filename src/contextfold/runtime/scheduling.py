@@ -1,0 +1,222 @@
+"""Scheduling: which items wake the model, turn budgets, the circuit breaker, birth.
+
+The scheduler's state is itself a fold over the journal, so a restarted agent knows its
+pending triggers, unanswered tool calls and autonomous streak without any other store.
+:func:`decide` is a pure function of that state and the context state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..context.events import (
+    ContextAdded,
+    LlmRequestInterrupted,
+    LlmRequestRequested,
+    LlmResponse,
+    ModelToolCall,
+    ToolCallResult,
+)
+from ..context.state import AgentContextState
+from ..context.trust import is_external
+from ..events import Envelope, Event
+from ..folds.fold import Fold
+
+__all__ = [
+    "AgentHalted",
+    "Behaviour",
+    "Decision",
+    "Scheduler",
+    "SchedulerState",
+    "Trigger",
+    "TriggerKind",
+    "TurnBudgets",
+    "behaviour_of",
+    "decide",
+    "kind_of",
+]
+
+Behaviour = Literal["none", "after-current-request", "interrupt"]
+TriggerKind = Literal["user", "integration", "feedback"]
+_STRENGTH: dict[str, int] = {"feedback": 0, "integration": 1, "user": 2}
+
+
+class AgentHalted(Event, type="contextfold.agent/halted"):
+    """The loop stopped itself: ``reason`` is ``"circuit-breaker"`` or ``"turn-budget"``."""
+
+    reason: str
+    detail: str = ""
+
+
+def behaviour_of(item: ContextAdded) -> Behaviour:
+    """The item's request policy; by default user items and non-tool developer items wake
+    the model (after the current request), system, assistant and tool results do not."""
+    if item.llm_request_policy is not None:
+        return item.llm_request_policy.behaviour
+    if item.compaction is not None or item.tool_call_id is not None:
+        return "none"
+    if item.role == "user":
+        return "after-current-request"
+    if item.role == "developer" and not (item.actor is not None and item.actor.type in ("agent", "tool")):
+        return "after-current-request"
+    return "none"
+
+
+def kind_of(item: ContextAdded) -> TriggerKind:
+    """Whose turn budget an item spends: a human's, an integration's, or the agent loop's own
+    feedback (scripts, tools, agents, the platform)."""
+    if item.role == "user" or (item.actor is not None and item.actor.type == "user"):
+        return "user"
+    if is_external(item.actor) and item.actor is not None and item.actor.type not in ("script", "tool"):
+        return "integration"
+    return "feedback"
+
+
+class Trigger(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    offset: int
+    kind: TriggerKind
+    behaviour: Behaviour
+
+
+class SchedulerState(BaseModel):
+    """What the loop must do next, derived from the journal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pending: tuple[Trigger, ...] = ()
+    """Waking items after the latest request."""
+    last_request: int | None = None
+    answered: bool = True
+    """Whether the latest request got a response (or was interrupted)."""
+    outstanding: tuple[ModelToolCall, ...] = ()
+    """Tool calls of the latest response not yet answered by a result."""
+    continuation: bool = False
+    """The latest response asked for tools: once they are answered, the turn goes on."""
+    turn_kind: TriggerKind = "user"
+    turn_steps: int = 0
+    autonomous_streak: int = Field(default=0, ge=0)
+    """Requests since the last user or integration trigger."""
+    halted: str | None = None
+
+
+Scheduler = Fold("scheduler", state=SchedulerState, version=1)
+
+
+@Scheduler.on(ContextAdded)
+def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
+    behaviour = behaviour_of(ev.payload)
+    if behaviour == "none":
+        return state
+    trigger = Trigger(offset=ev.position, kind=kind_of(ev.payload), behaviour=behaviour)
+    halted = state.halted if trigger.kind == "feedback" else None
+    return state.model_copy(update={"pending": (*state.pending, trigger), "halted": halted})
+
+
+@Scheduler.on(LlmRequestRequested)
+def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> SchedulerState:
+    consumed = [t for t in state.pending if t.offset < ev.position]
+    if consumed:
+        kind = max((t.kind for t in consumed), key=_STRENGTH.__getitem__)
+        steps = 1
+    else:
+        kind, steps = state.turn_kind, state.turn_steps + 1
+    streak = 0 if any(t.kind != "feedback" for t in consumed) else state.autonomous_streak + 1
+    return state.model_copy(
+        update={
+            "pending": tuple(t for t in state.pending if t.offset > ev.position),
+            "last_request": ev.position,
+            "answered": False,
+            "outstanding": (),
+            "continuation": False,
+            "turn_kind": kind,
+            "turn_steps": steps,
+            "autonomous_streak": streak,
+        }
+    )
+
+
+@Scheduler.on(LlmResponse)
+def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerState:
+    if ev.payload.request_offset != state.last_request:
+        return state
+    calls = ev.payload.tool_calls
+    return state.model_copy(update={"answered": True, "outstanding": calls, "continuation": bool(calls)})
+
+
+@Scheduler.on(ToolCallResult)
+def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerState:
+    left = tuple(c for c in state.outstanding if c.id != ev.payload.tool_call_id)
+    return state.model_copy(update={"outstanding": left}) if left != state.outstanding else state
+
+
+@Scheduler.on(LlmRequestInterrupted)
+def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> SchedulerState:
+    if ev.payload.request_offset != state.last_request:
+        return state
+    return state.model_copy(update={"answered": True, "outstanding": (), "continuation": False})
+
+
+@Scheduler.on(AgentHalted)
+def _halted(state: SchedulerState, ev: Envelope[AgentHalted]) -> SchedulerState:
+    return state.model_copy(update={"halted": ev.payload.reason, "continuation": False, "pending": ()})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBudgets:
+    """Model requests a turn may make, by what started it, and the circuit breaker: the most
+    requests in a row with no user or integration input (script and tool results count as
+    the agent's own feedback)."""
+
+    user: int = 24
+    integration: int = 8
+    feedback: int = 4
+    breaker: int = 12
+
+    def __post_init__(self) -> None:
+        for name in ("user", "integration", "feedback", "breaker"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"TurnBudgets.{name} must be >= 1")
+
+    def of(self, kind: TriggerKind) -> int:
+        return int(getattr(self, kind))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the loop does next. ``action``: ``run-tools``, ``request``, ``queued``, ``halt``,
+    ``idle``, ``retry`` (a request was appended but never answered: send it again)."""
+
+    action: Literal["run-tools", "request", "queued", "halt", "idle", "retry"]
+    reason: str = ""
+    kind: TriggerKind | None = None
+
+
+def decide(sched: SchedulerState, context: AgentContextState, budgets: TurnBudgets) -> Decision:
+    """The next step of the loop, from the scheduler and context states (pure)."""
+    if sched.last_request is not None and not sched.answered:
+        return Decision("retry", f"request @{sched.last_request} has no response")
+    if sched.outstanding:
+        return Decision("run-tools", f"{len(sched.outstanding)} tool call(s) to answer")
+    waking = [t for t in sched.pending if t.behaviour != "none"]
+    human = [t for t in waking if t.kind != "feedback"]
+    if sched.halted is not None and not human:
+        return Decision("idle", f"halted ({sched.halted}) until a user or integration item")
+    if waking:
+        if not context.has_system_prompt:
+            return Decision("queued", "waiting for the agent/system-prompt item (distributed birth)")
+        kind = max((t.kind for t in waking), key=_STRENGTH.__getitem__)
+        if kind == "feedback" and sched.autonomous_streak >= budgets.breaker:
+            return Decision("halt", f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row", kind)
+        return Decision("request", f"{len(waking)} new item(s), {kind}", kind)
+    if sched.continuation:
+        if sched.autonomous_streak >= budgets.breaker:
+            return Decision("halt", f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row")
+        if sched.turn_steps >= budgets.of(sched.turn_kind):
+            return Decision("halt", f"turn budget: {sched.turn_steps} requests for one {sched.turn_kind} turn")
+        return Decision("request", "continuing after tool results", "feedback")
+    return Decision("idle", "nothing to do")

@@ -1,0 +1,566 @@
+"""The PostgreSQL store: one database shared by many processes and hosts.
+
+Every append runs in one transaction that first upserts the stream's ``cf_streams`` row
+(which locks it and bumps its version), then checks the idempotency key and inserts the
+events. Writers of one stream therefore queue on that row lock, positions are computed
+under it, and global positions (an identity column, never reused) are drawn only after
+it, so they grow with positions inside a stream. Statements are pipelined: an append is
+two round trips. Every committed append sends a NOTIFY; ``subscribe`` wakes on it through
+one listening connection per store and polls now and then in case a wake-up was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.errors import PipelineAborted
+from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
+
+from ..errors import StoreError, StoreUnavailableError
+from ..events import EventMeta, NewEvent, StoredEvent
+from .base import (
+    AppendResult,
+    ReadResult,
+    Store,
+    StreamInfo,
+    batch_digest,
+    idempotency_conflict,
+    parse_cursor,
+    wrong_version,
+)
+
+__all__ = ["NOTIFY_CHANNEL", "PostgresStore"]
+
+NOTIFY_CHANNEL = "contextfold_events"
+"""The LISTEN/NOTIFY channel; the payload is a hash of namespace and stream."""
+
+_SCHEMA_LOCK = 0x63665F736368656D  # pg_advisory_xact_lock key ("cf_schem")
+_PAGE = 1000
+_CHANNEL_SEP = "\x1f"  # channel names hold no control characters
+
+# namespace and stream sort by code point (COLLATE "C"), like the memory and SQLite stores.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cf_events (
+    global_position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    position BIGINT NOT NULL,
+    type TEXT NOT NULL,
+    data BYTEA NOT NULL,
+    event_id TEXT NOT NULL,
+    time TEXT NOT NULL,
+    run_id TEXT,
+    actor TEXT,
+    idempotency_key TEXT,
+    channels TEXT[] NOT NULL,
+    UNIQUE (namespace, stream, position)
+);
+CREATE INDEX IF NOT EXISTS cf_events_by_type ON cf_events (namespace, stream, type, position);
+CREATE TABLE IF NOT EXISTS cf_streams (
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    version BIGINT NOT NULL,
+    PRIMARY KEY (namespace, stream)
+);
+CREATE TABLE IF NOT EXISTS cf_idempotency (
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    first_position BIGINT NOT NULL,
+    last_position BIGINT NOT NULL,
+    last_global BIGINT NOT NULL,
+    PRIMARY KEY (namespace, stream, key)
+);
+"""
+_SCHEMA_PRESENT = (
+    "SELECT to_regclass('cf_events_by_type') IS NOT NULL"
+    " AND to_regclass('cf_streams') IS NOT NULL AND to_regclass('cf_idempotency') IS NOT NULL"
+)
+
+_COLUMNS = (
+    "global_position, position, type, data, event_id, time, run_id, actor,"
+    " idempotency_key, channels"
+)
+_WHERE = "namespace = %(ns)s AND stream = %(s)s"
+
+# Locks the stream row and reserves the batch's positions; rolled back on any refusal.
+_LOCK = (
+    "INSERT INTO cf_streams AS t (namespace, stream, version) VALUES (%(ns)s, %(s)s, %(n)s)"
+    " ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s RETURNING version"
+)
+_SEEN = (
+    "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
+    f" WHERE {_WHERE} AND key = %(key)s"
+)
+# The positions come from the version the lock statement just reserved (same transaction).
+_INSERT = f"""
+WITH cur AS (
+    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
+), ins AS (
+    INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time, run_id,
+                           actor, idempotency_key, channels)
+    SELECT %(ns)s, %(s)s, cur.v + u.n, u.type, u.data, u.event_id, u.time, u.run_id, u.actor,
+           u.key, string_to_array(u.channels, chr(31))
+    FROM cur, unnest(%(types)s::text[], %(data)b::bytea[], %(ids)s::text[], %(times)s::text[],
+                     %(runs)s::text[], %(actors)s::text[], %(keys)s::text[], %(chans)s::text[])
+         WITH ORDINALITY AS u(type, data, event_id, time, run_id, actor, key, channels, n)
+    ORDER BY u.n
+    RETURNING global_position, position
+), last AS (
+    SELECT ins.global_position AS g, cur.v FROM ins, cur WHERE ins.position = cur.v + %(n)s
+), idem AS (
+    INSERT INTO cf_idempotency
+    SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s, g FROM last
+    WHERE %(key)s::text IS NOT NULL
+)
+SELECT v, g, pg_notify('{NOTIFY_CHANNEL}', %(wake)s) FROM last
+"""
+# One statement, one snapshot: an unknown cursor gives no row, a known one at least one.
+_READ_AFTER = f"""
+SELECT e.* FROM cf_events c LEFT JOIN LATERAL (
+    SELECT {_COLUMNS} FROM cf_events
+    WHERE namespace = c.namespace AND stream = c.stream AND position > c.position {{typed}}
+    ORDER BY position LIMIT %(limit)s
+) e ON true
+WHERE c.global_position = %(g)s AND c.namespace = %(ns)s AND c.stream = %(s)s
+ORDER BY e.position
+"""
+_READ = (
+    f"SELECT {_COLUMNS} FROM cf_events WHERE {_WHERE} {{typed}} ORDER BY position LIMIT %(limit)s"
+)
+_TYPED = "AND type = ANY(%(types)s::text[])"
+
+
+class PostgresStore(Store):
+    """A store in a PostgreSQL database, safe for many processes appending at once.
+
+    ``min_size``/``max_size`` size the connection pool, ``timeout`` bounds the wait for a
+    connection, ``poll_fallback`` is how often (seconds) a live tail re-reads when no
+    notification came. Driver errors surface as StoreError, or StoreUnavailableError when
+    the server cannot be reached.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 30.0,
+        poll_fallback: float = 2.0,
+    ) -> None:
+        if not 0 <= min_size <= max_size or max_size < 1:
+            raise ValueError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
+            )
+        self.url = url
+        self._safe_url = _redact(url)
+        self._min_size = min_size
+        self._max_size = max_size
+        self._timeout = timeout
+        self._poll_fallback = poll_fallback
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] | None = None
+        self._closed = False
+        self._wakers: dict[str, set[asyncio.Event]] = {}
+        self._listener: psycopg.AsyncConnection[Any] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        self._open_lock = asyncio.Lock()
+        self._listen_lock = asyncio.Lock()
+        self._next_listen = 0.0
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _fail(self, exc: Exception, doing: str, stream: str | None) -> NoReturn:
+        """The one place where driver errors become contextfold errors."""
+        where = f"{doing} stream {stream!r}" if stream is not None else doing
+        if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
+            raise StoreUnavailableError(
+                f"PostgreSQL at {self._safe_url} is unavailable while {where}: {exc}; "
+                "check that the server is up and the URL is right, then retry"
+            ) from exc
+        raise StoreError(f"PostgreSQL error at {self._safe_url} while {where}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _connection(
+        self, doing: str, stream: str | None
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._closed:
+            raise StoreUnavailableError(f"the journal at {self._safe_url} is closed")
+        if self._pool is None:
+            raise StoreUnavailableError(f"the store at {self._safe_url} is not open: call open()")
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.Error, OSError) as exc:
+            self._fail(exc, doing, stream)
+
+    async def open(self) -> None:
+        """Open the pool and create the tables if they are missing (safe from many processes)."""
+        async with self._open_lock:
+            if self._closed:
+                raise StoreUnavailableError(f"the journal at {self._safe_url} is closed")
+            if self._pool is None:
+                await self._open()
+
+    async def _open(self) -> None:
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            self.url,
+            min_size=self._min_size,
+            max_size=self._max_size,
+            timeout=self._timeout,
+            kwargs={"autocommit": True},
+            open=False,
+            name="contextfold",
+        )
+        try:
+            await pool.open(wait=True, timeout=self._timeout)
+        except (psycopg.Error, OSError) as exc:
+            await pool.close()
+            self._fail(exc, "opening the journal", None)
+        self._pool = pool
+        async with self._connection("creating the schema", None) as conn:
+            if not (await (await conn.execute(_SCHEMA_PRESENT)).fetchone() or (False,))[0]:
+                # CREATE ... IF NOT EXISTS races with itself: serialise the openers.
+                async with conn.transaction():
+                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                    await conn.execute(_SCHEMA)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._stop_listening()
+        self._wake_all()
+        if self._pool is not None:
+            await self._pool.close()
+
+    # -- the contract ---------------------------------------------------------------------
+
+    async def append(
+        self,
+        namespace: str,
+        stream: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int | None,
+        idempotency_key: str | None,
+    ) -> AppendResult:
+        n = len(events)
+        digest = batch_digest(events) if idempotency_key is not None else None
+        metas = [e.meta for e in events]
+        wake = _wake_key(namespace, stream)
+        args: dict[str, Any] = {
+            "ns": namespace,
+            "s": stream,
+            "n": n,
+            "key": idempotency_key,
+            "digest": digest,
+            "wake": wake,
+            "types": [e.type for e in events],
+            "data": [e.data for e in events],
+            "ids": [m.event_id for m in metas],
+            "times": [m.time for m in metas],
+            "runs": [m.run_id for m in metas],
+            "actors": [m.actor for m in metas],
+            "keys": [m.idempotency_key for m in metas],
+            "chans": [_CHANNEL_SEP.join(m.channels) for m in metas],
+        }
+        outcome: AppendResult | StoreError | None = None
+        inserted: psycopg.AsyncCursor[Any] | None = None
+        async with self._connection("appending to", stream) as conn, _pipeline(conn):
+            async with conn.transaction() as tx:
+                locked = await conn.execute(_LOCK, args)
+                if idempotency_key is not None or expected_version is not None:
+                    # Checked under the lock; without checks the whole append is one round trip.
+                    seen = await conn.execute(_SEEN, args) if idempotency_key is not None else None
+                    row = await locked.fetchone()
+                    assert row is not None
+                    found = await seen.fetchone() if seen is not None else None
+                    outcome = _early_outcome(
+                        stream, idempotency_key, digest, found, expected_version, row[0] - n
+                    )
+                    if outcome is not None:
+                        raise psycopg.Rollback(tx)
+                inserted = await conn.execute(_INSERT, args)
+            # Fetched after COMMIT so the insert and the commit share one round trip.
+            last = await inserted.fetchone() if inserted is not None else None
+        if isinstance(outcome, StoreError):
+            raise outcome
+        if outcome is not None:
+            return outcome
+        assert last is not None
+        self._wake(wake)
+        version, last_global = last[0], last[1]
+        return AppendResult(stream, version + 1, version + n, str(last_global))
+
+    async def read(
+        self,
+        namespace: str,
+        stream: str,
+        *,
+        after: str | None,
+        types: Sequence[str] | None,
+        limit: int | None,
+    ) -> ReadResult:
+        target = parse_cursor(after)
+        typed = _TYPED if types is not None else ""
+        args: dict[str, Any] = {
+            "ns": namespace,
+            "s": stream,
+            "g": target,
+            "types": list(types or ()),
+            "limit": None if limit is None else limit + 1,
+        }
+        async with self._connection("reading", stream) as conn:
+            cur = conn.cursor(binary=True)
+            rows: list[tuple[Any, ...]] = []
+            if target:
+                await cur.execute(_READ_AFTER.format(typed=typed), args)
+                rows = await cur.fetchall()
+            reset = target is None or (target != 0 and not rows)
+            if target == 0 or reset:
+                await cur.execute(_READ.format(typed=typed), args)
+                rows = await cur.fetchall()
+        if rows and rows[0][0] is None:  # a known cursor with nothing after it
+            rows = []
+        more = limit is not None and len(rows) > limit
+        if more:
+            del rows[limit:]
+        events = tuple([_event(namespace, stream, r) for r in rows])
+        cursor = events[-1].cursor if events else (None if reset else after)
+        return ReadResult(events, cursor, reset=reset, more=more)
+
+    async def latest(
+        self,
+        namespace: str,
+        stream: str,
+        types: Sequence[str],
+        *,
+        before: str | None = None,
+        limit: int = 1,
+    ) -> tuple[StoredEvent, ...]:
+        if not types:
+            return ()
+        bound = parse_cursor(before) if before is not None else None
+        sql = f"SELECT {_COLUMNS} FROM cf_events WHERE {_WHERE} {_TYPED}"
+        if bound is not None:
+            sql += " AND global_position < %(bound)s"
+        sql += " ORDER BY position DESC LIMIT %(limit)s"
+        args = {"ns": namespace, "s": stream, "types": list(types), "bound": bound}
+        args["limit"] = max(limit, 0)
+        async with self._connection("reading", stream) as conn:
+            cur = conn.cursor(binary=True)
+            await cur.execute(sql, args)
+            rows = await cur.fetchall()
+        return tuple([_event(namespace, stream, r) for r in rows])
+
+    async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
+        target = parse_cursor(cursor)
+        if not target:
+            return False
+        async with self._connection("reading", stream) as conn:
+            cur = await conn.execute(
+                f"SELECT 1 FROM cf_events WHERE global_position = %(g)s AND {_WHERE}",
+                {"g": target, "ns": namespace, "s": stream},
+            )
+            return await cur.fetchone() is not None
+
+    async def version(self, namespace: str, stream: str) -> int:
+        async with self._connection("reading", stream) as conn:
+            cur = await conn.execute(
+                f"SELECT version FROM cf_streams WHERE {_WHERE}", {"ns": namespace, "s": stream}
+            )
+            row = await cur.fetchone()
+        return int(row[0]) if row else 0
+
+    async def delete_stream(self, namespace: str, stream: str) -> bool:
+        args = {"ns": namespace, "s": stream}
+        async with (
+            self._connection("deleting", stream) as conn,
+            _pipeline(conn),
+            conn.transaction(),
+        ):
+            # The stream row first: it waits for running appends, and the deletes after
+            # it take a new snapshot that sees what those appends wrote.
+            found = await conn.execute(f"DELETE FROM cf_streams WHERE {_WHERE}", args)
+            await conn.execute(f"DELETE FROM cf_events WHERE {_WHERE}", args)
+            await conn.execute(f"DELETE FROM cf_idempotency WHERE {_WHERE}", args)
+        return found.rowcount > 0
+
+    async def list_streams(
+        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+    ) -> tuple[StreamInfo, ...]:
+        sql = "SELECT stream, version FROM cf_streams WHERE namespace = %(ns)s"
+        if prefix:
+            # The range lets the primary key serve the scan; starts_with is exact (no LIKE escapes).
+            sql += " AND stream >= %(p)s AND starts_with(stream, %(p)s)"
+        sql += " ORDER BY stream LIMIT %(limit)s"
+        async with self._connection("listing streams of namespace", namespace) as conn:
+            cur = await conn.execute(sql, {"ns": namespace, "p": prefix, "limit": limit})
+            rows = await cur.fetchall()
+        return tuple(StreamInfo(s, int(v)) for s, v in rows)
+
+    def subscribe(
+        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
+    ) -> AsyncIterator[StoredEvent]:
+        return self._tail(namespace, stream, after, poll_interval)
+
+    # -- live tail ------------------------------------------------------------------------
+
+    async def _tail(
+        self, namespace: str, stream: str, after: str | None, poll_interval: float
+    ) -> AsyncIterator[StoredEvent]:
+        key = _wake_key(namespace, stream)
+        wake = asyncio.Event()
+        self._wakers.setdefault(key, set()).add(wake)
+        cursor = after
+        try:
+            while True:
+                listening = await self._ensure_listening()
+                # Cleared before the read: a NOTIFY for anything the read misses wakes the wait.
+                wake.clear()
+                page = await self.read(namespace, stream, after=cursor, types=None, limit=_PAGE)
+                for event in page.events:
+                    yield event
+                cursor = page.cursor
+                if page.more:
+                    continue
+                timeout = max(poll_interval, self._poll_fallback) if listening else poll_interval
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), timeout)
+        finally:
+            waiters = self._wakers.get(key)
+            if waiters is not None:
+                waiters.discard(wake)
+                if not waiters:
+                    del self._wakers[key]
+            if not self._wakers:
+                await self._stop_listening()
+
+    async def _ensure_listening(self) -> bool:
+        """Start the shared listener if needed; False while it cannot (tails then poll)."""
+        if self._pump is not None and not self._pump.done():
+            return True
+        async with self._listen_lock:
+            if self._pump is not None and not self._pump.done():
+                return True
+            await self._stop_listening()
+            loop = asyncio.get_running_loop()
+            if self._closed or loop.time() < self._next_listen:
+                return False
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                )
+            except (psycopg.Error, OSError):
+                self._next_listen = loop.time() + self._poll_fallback
+                return False
+            try:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+            except (psycopg.Error, OSError):
+                await conn.close()
+                self._next_listen = loop.time() + self._poll_fallback
+                return False
+            self._listener = conn
+            self._pump = asyncio.create_task(self._pump_notifies(conn), name="contextfold-listen")
+            # Wake-ups sent while nobody listened are lost: have every tail re-read.
+            self._wake_all()
+            return True
+
+    async def _pump_notifies(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        try:
+            async for notify in conn.notifies():
+                self._wake(notify.payload)
+        except (psycopg.Error, OSError):
+            pass  # the tails fall back to polling and reconnect the listener
+        finally:
+            self._wake_all()
+
+    async def _stop_listening(self) -> None:
+        pump, conn = self._pump, self._listener
+        self._pump = self._listener = None
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        if conn is not None:
+            await conn.close()
+
+    def _wake(self, key: str) -> None:
+        for waiter in self._wakers.get(key, ()):
+            waiter.set()
+
+    def _wake_all(self) -> None:
+        for waiters in self._wakers.values():
+            for waiter in waiters:
+                waiter.set()
+
+
+def _early_outcome(
+    stream: str,
+    key: str | None,
+    digest: str | None,
+    seen: tuple[Any, ...] | None,
+    expected: int | None,
+    version: int,
+) -> AppendResult | StoreError | None:
+    """A retry's original result, a refusal, or None when the append goes ahead."""
+    if seen is not None and key is not None:
+        if seen[0] != digest:
+            return idempotency_conflict(stream, key)
+        return AppendResult(stream, seen[1], seen[2], str(seen[3]), deduplicated=True)
+    if expected is not None and expected != version:
+        return wrong_version(stream, expected, version)
+    return None
+
+
+def _event(namespace: str, stream: str, row: tuple[Any, ...]) -> StoredEvent:
+    g, pos, typ, data, event_id, time, run_id, actor, idem, channels = row
+    return StoredEvent(
+        namespace,
+        stream,
+        pos,
+        g,
+        typ,
+        data,
+        EventMeta(event_id, time, run_id, actor, idem, tuple(channels)),
+    )
+
+
+def _wake_key(namespace: str, stream: str) -> str:
+    # Fixed length, far under NOTIFY's 8000-byte payload limit; names hold no NUL.
+    raw = f"{namespace}\x00{stream}".encode()
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _pipeline(conn: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
+    return conn.pipeline() if psycopg.AsyncPipeline.is_supported() else contextlib.nullcontext()
+
+
+def _lost_connection(exc: Exception) -> bool:
+    """Whether a driver error means the server is out of reach (not a refused statement)."""
+    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PipelineAborted):
+        return False
+    state = exc.sqlstate
+    # No SQLSTATE: a client-side connection failure. 08: connection exception. 57P: shutdown.
+    return state is None or state.startswith(("08", "57P"))
+
+
+def _redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparsable URL>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
