@@ -397,6 +397,17 @@ class Journal:
         )
 
 
+    # -- requests -----------------------------------------------------------------------------
+
+    async def rebuild_request(self, stream: str, offset: int) -> Any:
+        """The exact body of request @``offset`` (a RenderedRequest), rebuilt from the journal:
+        the same bytes as when it was sent, whatever was appended after it."""
+        from .context.rebuild import rebuild_request
+
+        check_stream(stream)
+        return await rebuild_request(self, stream, offset)
+
+
 def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | None:
     if types is None:
         return None

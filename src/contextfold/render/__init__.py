@@ -1,1 +1,3 @@
-"""Rendering: provider wire bodies, session prefix and the turn envelope."""
+"""Rendering: provider-neutral requests, wire bodies, the session prefix, the turn envelope."""
+
+__all__: list[str] = []

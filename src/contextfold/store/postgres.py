@@ -5,8 +5,9 @@ Every append runs in one transaction that first upserts the stream's ``cf_stream
 events. Writers of one stream therefore queue on that row lock, positions are computed
 under it, and global positions (an identity column, never reused) are drawn only after
 it, so they grow with positions inside a stream. Statements are pipelined: an append is
-two round trips. Every committed append sends a NOTIFY; ``subscribe`` wakes on it through
-one listening connection per store and polls now and then in case a wake-up was lost.
+one round trip, two with an expected version or idempotency key. Every committed append
+sends a NOTIFY; ``subscribe`` wakes on it through one listening connection per store and
+re-reads every ``poll_fallback`` seconds anyway, so a lost notification only delays.
 """
 
 from __future__ import annotations
@@ -177,60 +178,57 @@ class PostgresStore(Store):
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _fail(self, exc: Exception, doing: str, stream: str | None) -> NoReturn:
+    def _fail(self, exc: Exception, doing: str) -> NoReturn:
         """The one place where driver errors become contextfold errors."""
-        where = f"{doing} stream {stream!r}" if stream is not None else doing
         if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
             raise StoreUnavailableError(
-                f"PostgreSQL at {self._safe_url} is unavailable while {where}: {exc}; "
+                f"PostgreSQL at {self._safe_url} is unavailable while {doing}: {exc}; "
                 "check that the server is up and the URL is right, then retry"
             ) from exc
-        raise StoreError(f"PostgreSQL error at {self._safe_url} while {where}: {exc}") from exc
+        raise StoreError(f"PostgreSQL error at {self._safe_url} while {doing}: {exc}") from exc
 
     @contextlib.asynccontextmanager
-    async def _connection(
-        self, doing: str, stream: str | None
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        if self._closed:
-            raise StoreUnavailableError(f"the journal at {self._safe_url} is closed")
-        if self._pool is None:
-            raise StoreUnavailableError(f"the store at {self._safe_url} is not open: call open()")
+    async def _connection(self, doing: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        if self._closed or self._pool is None:
+            state = "closed" if self._closed else "not open (call open() first)"
+            raise StoreUnavailableError(f"the journal at {self._safe_url} is {state}")
         try:
             async with self._pool.connection() as conn:
                 yield conn
         except (psycopg.Error, OSError) as exc:
-            self._fail(exc, doing, stream)
+            self._fail(exc, doing)
 
     async def open(self) -> None:
         """Open the pool and create the tables if they are missing (safe from many processes)."""
         async with self._open_lock:
             if self._closed:
                 raise StoreUnavailableError(f"the journal at {self._safe_url} is closed")
-            if self._pool is None:
-                await self._open()
-
-    async def _open(self) -> None:
-        pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
-            self.url,
-            min_size=self._min_size,
-            max_size=self._max_size,
-            timeout=self._timeout,
-            kwargs={"autocommit": True},
-            open=False,
-            name="contextfold",
-        )
-        try:
-            await pool.open(wait=True, timeout=self._timeout)
-        except (psycopg.Error, OSError) as exc:
-            await pool.close()
-            self._fail(exc, "opening the journal", None)
-        self._pool = pool
-        async with self._connection("creating the schema", None) as conn:
-            if not (await (await conn.execute(_SCHEMA_PRESENT)).fetchone() or (False,))[0]:
-                # CREATE ... IF NOT EXISTS races with itself: serialise the openers.
-                async with conn.transaction():
-                    await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-                    await conn.execute(_SCHEMA)
+            if self._pool is not None:
+                return
+            pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+                self.url,
+                min_size=self._min_size,
+                max_size=self._max_size,
+                timeout=self._timeout,
+                kwargs={"autocommit": True},
+                open=False,
+                name="contextfold",
+            )
+            try:
+                await pool.open(wait=True, timeout=self._timeout)
+                async with pool.connection() as conn:
+                    present = await (await conn.execute(_SCHEMA_PRESENT)).fetchone()
+                    if not (present and present[0]):
+                        # CREATE ... IF NOT EXISTS races with itself: serialise the openers.
+                        async with conn.transaction():
+                            await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+                            await conn.execute(_SCHEMA)
+            except BaseException as exc:
+                await pool.close()
+                if isinstance(exc, (psycopg.Error, OSError)):
+                    self._fail(exc, "opening the journal")
+                raise
+            self._pool = pool
 
     async def close(self) -> None:
         if self._closed:
@@ -274,7 +272,7 @@ class PostgresStore(Store):
         }
         outcome: AppendResult | StoreError | None = None
         inserted: psycopg.AsyncCursor[Any] | None = None
-        async with self._connection("appending to", stream) as conn, _pipeline(conn):
+        async with self._connection(f"appending to stream {stream!r}") as conn, _pipeline(conn):
             async with conn.transaction() as tx:
                 locked = await conn.execute(_LOCK, args)
                 if idempotency_key is not None or expected_version is not None:
@@ -318,7 +316,7 @@ class PostgresStore(Store):
             "types": list(types or ()),
             "limit": None if limit is None else limit + 1,
         }
-        async with self._connection("reading", stream) as conn:
+        async with self._connection(f"reading stream {stream!r}") as conn:
             cur = conn.cursor(binary=True)
             rows: list[tuple[Any, ...]] = []
             if target:
@@ -355,7 +353,7 @@ class PostgresStore(Store):
         sql += " ORDER BY position DESC LIMIT %(limit)s"
         args = {"ns": namespace, "s": stream, "types": list(types), "bound": bound}
         args["limit"] = max(limit, 0)
-        async with self._connection("reading", stream) as conn:
+        async with self._connection(f"reading stream {stream!r}") as conn:
             cur = conn.cursor(binary=True)
             await cur.execute(sql, args)
             rows = await cur.fetchall()
@@ -365,7 +363,7 @@ class PostgresStore(Store):
         target = parse_cursor(cursor)
         if not target:
             return False
-        async with self._connection("reading", stream) as conn:
+        async with self._connection(f"reading stream {stream!r}") as conn:
             cur = await conn.execute(
                 f"SELECT 1 FROM cf_events WHERE global_position = %(g)s AND {_WHERE}",
                 {"g": target, "ns": namespace, "s": stream},
@@ -373,7 +371,7 @@ class PostgresStore(Store):
             return await cur.fetchone() is not None
 
     async def version(self, namespace: str, stream: str) -> int:
-        async with self._connection("reading", stream) as conn:
+        async with self._connection(f"reading stream {stream!r}") as conn:
             cur = await conn.execute(
                 f"SELECT version FROM cf_streams WHERE {_WHERE}", {"ns": namespace, "s": stream}
             )
@@ -383,7 +381,7 @@ class PostgresStore(Store):
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         args = {"ns": namespace, "s": stream}
         async with (
-            self._connection("deleting", stream) as conn,
+            self._connection(f"deleting stream {stream!r}") as conn,
             _pipeline(conn),
             conn.transaction(),
         ):
@@ -402,7 +400,7 @@ class PostgresStore(Store):
             # The range lets the primary key serve the scan; starts_with is exact (no LIKE escapes).
             sql += " AND stream >= %(p)s AND starts_with(stream, %(p)s)"
         sql += " ORDER BY stream LIMIT %(limit)s"
-        async with self._connection("listing streams of namespace", namespace) as conn:
+        async with self._connection(f"listing the streams of namespace {namespace!r}") as conn:
             cur = await conn.execute(sql, {"ns": namespace, "p": prefix, "limit": limit})
             rows = await cur.fetchall()
         return tuple(StreamInfo(s, int(v)) for s, v in rows)
