@@ -38,7 +38,7 @@ def test_type_names_are_stable() -> None:
 
 def test_all_is_complete_and_sorted() -> None:
     public = {name for name in vars(context) if not name.startswith("_")}
-    modules = {"compaction", "events", "projection", "request", "state", "trust"}
+    modules = {"compaction", "events", "projection", "rebuild", "request", "state", "trust"}
     assert set(context.__all__) == public - modules
     assert context.__all__ == sorted(context.__all__, key=lambda n: (not n.isupper(), n))
 

@@ -29,3 +29,15 @@ class TestSQLiteFileStore(StoreContract):
 class TestSQLiteInMemoryStore(StoreContract):
     def make_store(self) -> Store:
         return SQLiteStore(":memory:")
+
+
+@pytest.mark.postgres
+class TestPostgresStore(StoreContract):
+    @pytest.fixture(autouse=True)
+    def _database(self, pg_dsn: str) -> None:
+        self.dsn = pg_dsn
+
+    def make_store(self) -> Store:
+        from contextfold.store.postgres import PostgresStore
+
+        return PostgresStore(self.dsn)
