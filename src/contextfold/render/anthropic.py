@@ -111,16 +111,11 @@ def render_anthropic(request: NeutralRequest) -> dict[str, Any]:
     turns[-1].blocks[-1].breakpoint = True
     _limit_breakpoints([*system, *(block for turn in turns for block in turn.blocks)])
 
-    body: dict[str, Any] = {
-        "model": request.model,
-        "max_tokens": request.max_tokens,
-        "messages": [
-            {"role": turn.role, "content": [_emit(block) for block in turn.blocks]}
-            for turn in turns
-        ],
-    }
-    if system:
-        body["system"] = [_emit(block) for block in system]
+    # Provider read order (tools, system, messages), the growing history last: a request's
+    # bytes then extend the previous one's as far as its content does.
+    body: dict[str, Any] = {"model": request.model, "max_tokens": request.max_tokens}
+    if request.stream:
+        body["stream"] = True
     if request.tools:
         body["tools"] = [
             {
@@ -130,8 +125,11 @@ def render_anthropic(request: NeutralRequest) -> dict[str, Any]:
             }
             for tool in request.tools
         ]
-    if request.stream:
-        body["stream"] = True
+    if system:
+        body["system"] = [_emit(block) for block in system]
+    body["messages"] = [
+        {"role": turn.role, "content": [_emit(block) for block in turn.blocks]} for turn in turns
+    ]
     return body
 
 

@@ -5,7 +5,8 @@ protocol system text, then the messages in projection order (session prefix firs
 then history), the tools and the sampling settings. `render_request` turns it into the
 exact body bytes for one transport; the same request always gives the same bytes,
 because rendering is a pure function (no clock, environment, random source or id) and
-bodies are canonical JSON (sorted keys, compact).
+bodies are compact JSON with keys in a fixed order per transport: what never changes
+first (model, tools, system), the growing history last.
 
 Trust is decided before rendering (the context model maps external actors to ``user``);
 each transport still enforces that user and tool content never reaches the wire with
@@ -26,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from contextfold.canonical import canonical_json, check_json_value, loads, sha256_hex
+from contextfold.canonical import canonical_json, check_json_value, dumps, loads, sha256_hex
 from contextfold.errors import RenderError
 
 __all__ = [
@@ -213,7 +214,7 @@ class RenderedRequest:
     transport: Transport
     """The transport the body was rendered for."""
     body: bytes
-    """Canonical JSON bytes (sorted keys, compact): send these bytes unchanged."""
+    """Compact JSON bytes in the transport's fixed key order: send these bytes unchanged."""
     sha256: str = field(default="")
     """Hex SHA-256 of `body`; computed when not given."""
 
@@ -293,12 +294,17 @@ def render_request(request: NeutralRequest, transport: Transport) -> RenderedReq
     else:
         raise RenderError(f"unknown transport {transport!r}; expected one of {list(TRANSPORTS)}")
     try:
-        data = canonical_json(body)
+        # Insertion order, not sorted keys: each transport builds its body in the
+        # provider's read order with the history last, so consecutive requests share a
+        # byte prefix as long as their content does. Building is pure, so this is as
+        # deterministic as sorting.
+        check_json_value(body, where=f"{transport} body")
+        data = dumps(body)
     except ValueError as exc:
         raise RenderError(f"{transport} body is not plain JSON: {exc}") from exc
     return RenderedRequest(transport=transport, body=data)
 
 
 def render_body(request: NeutralRequest, transport: Transport) -> bytes:
-    """The exact body bytes of `request` for `transport` (canonical JSON)."""
+    """The exact body bytes of `request` for `transport`."""
     return render_request(request, transport).body

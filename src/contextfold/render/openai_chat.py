@@ -21,7 +21,7 @@ def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
     if request.system:
         messages.append({"role": "system", "content": request.system})
     messages.extend(_message(m) for m in order_tool_results(request.messages))
-    body: dict[str, Any] = {"model": request.model, "messages": messages}
+    body: dict[str, Any] = {"model": request.model}
     if request.tools:
         body["tools"] = [
             {
@@ -44,6 +44,8 @@ def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
         body["stream"] = True
         # Usage arrives only on request when streaming; compaction needs it.
         body["stream_options"] = {"include_usage": True}
+    # The growing history goes last, after everything that stays the same across requests.
+    body["messages"] = messages
     return body
 
 

@@ -23,7 +23,7 @@ def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
     items: list[dict[str, Any]] = []
     for message in order_tool_results(request.messages):
         items.extend(_items(message))
-    body: dict[str, Any] = {"model": request.model, "input": items}
+    body: dict[str, Any] = {"model": request.model}
     if request.system:
         body["instructions"] = request.system
     if request.tools:
@@ -43,6 +43,8 @@ def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
         body["temperature"] = request.temperature
     if request.stream:
         body["stream"] = True
+    # The growing history goes last, after everything that stays the same across requests.
+    body["input"] = items
     return body
 
 
