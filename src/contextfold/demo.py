@@ -23,7 +23,9 @@ from .render.envelope import Layer, TurnEvent, compile_turn
 from .render.neutral import NeutralMessage
 from .render.prefix import SessionPrefix
 from .runtime.local import LocalModel
-from .runtime.loop import Agent, system_prompt
+from .runtime.loop import Agent, Observers, system_prompt
+from .runtime.transcript import TranscriptObserver
+from .transcript import TranscriptBus, TranscriptWriter, filter_compacted, open_transcript_store, read_history
 from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
 from .views.tokens import approx_tokens
 
@@ -154,7 +156,12 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
             return (NeutralMessage(role="user", content=f"<workspace-files>{files}</workspace-files>"), *await next_())
 
         printer = _Printer(out, journal, stream)
-        agent = Agent(journal, stream, model, tools=workspace_tools(root), prefix=prefix, max_tokens=512, observer=printer,
+        transcript = open_transcript_store(f"sqlite:///{db}")
+        await transcript.open()
+        session = f"{stream}/{journal.ids()[:8]}"  # one transcript session per demo run
+        rows = TranscriptObserver(TranscriptWriter(transcript, TranscriptBus()), session, clock=lambda: journal.clock().isoformat())
+        agent = Agent(journal, stream, model, tools=workspace_tools(root), prefix=prefix, max_tokens=512,
+                      observer=Observers(printer, rows),
                       compaction_threshold=0.3)
 
         # Distributed birth: the first question arrives before the system prompt.
@@ -191,5 +198,9 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
             out.print(f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild byte for byte:[/] {drifts}")
         else:
             out.print(f"[bold green]all {requests} recorded requests rebuild byte for byte from the journal[/]")
+        history = await read_history(transcript, session)
+        view = filter_compacted(history)
+        out.print(f"transcript: {len(history)} messages stored for the UI, {len(view)} after filter_compacted")
+        await transcript.close()
         out.print(f"journal file: [cyan]{db.resolve()}[/]")
         return not drifts

@@ -17,7 +17,6 @@ from pydantic import Field, ValidationError
 from ..errors import RebuildError
 from ..events import Event, StoredEvent
 from ..render.neutral import RenderedRequest, render_request
-from .events import LlmRequestRequested
 from .projection import AgentContext
 from .request import build_request
 from .state import AgentContextState
@@ -35,7 +34,9 @@ class RequestRecorded(Event, type="contextfold.agent/request-recorded"):
 
 
 class _Reader(Protocol):
-    def read_all(self, stream: str, *, after: str | None = None, page_size: int = 1000) -> AsyncIterator[StoredEvent]: ...
+    def read_all(
+        self, stream: str, *, after: str | None = None, page_size: int = 1000
+    ) -> AsyncIterator[StoredEvent]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,31 +76,34 @@ async def rebuild_request(journal: _Reader, stream: str, offset: int) -> Rendere
     try:
         return render_request(build_request(state), state.header.transport)
     except Exception as exc:
-        raise RebuildError(f"request @{offset} of stream {stream!r} cannot be rebuilt: {exc}") from exc
+        raise RebuildError(
+            f"request @{offset} of stream {stream!r} cannot be rebuilt: {exc}"
+        ) from exc
 
 
 async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
-    """Rebuild every recorded request of ``stream`` and report those whose bytes differ."""
-    recorded: dict[int, str] = {}
-    requests: list[int] = []
+    """Rebuild every recorded request of ``stream`` and report each record whose hash the
+    rebuild does not give: different bytes, or an offset that is no request (an error).
+
+    Every record counts (a retry records the same request again), in offset order.
+    A request that was never recorded (interrupted before it was sent) is not checked.
+    """
+    recorded: dict[int, list[str]] = {}
     async for stored in journal.read_all(stream):
         if stored.type == RequestRecorded.event_type:
             record = stored.decode(RequestRecorded)
             assert isinstance(record, RequestRecorded)
-            recorded[record.request_offset] = record.sha256
-        elif stored.type == LlmRequestRequested.event_type:
-            requests.append(stored.position)
+            shas = recorded.setdefault(record.request_offset, [])
+            if record.sha256 not in shas:
+                shas.append(record.sha256)
     drifts: list[RequestDrift] = []
-    for offset in requests:
-        if offset not in recorded:
-            continue  # requested but never sent (interrupted before rendering)
+    for offset in sorted(recorded):
         try:
-            rebuilt = await rebuild_request(journal, stream, offset)
+            rebuilt: str | None = (await rebuild_request(journal, stream, offset)).sha256
+            error = None
         except RebuildError as exc:
-            drifts.append(RequestDrift(offset, recorded[offset], None, str(exc)))
-            continue
-        if rebuilt.sha256 != recorded[offset]:
-            drifts.append(RequestDrift(offset, recorded[offset], rebuilt.sha256))
+            rebuilt, error = None, str(exc)
+        drifts.extend(
+            RequestDrift(offset, sha, rebuilt, error) for sha in recorded[offset] if sha != rebuilt
+        )
     return tuple(drifts)
-
-

@@ -27,9 +27,8 @@ Handler = Callable[[S, Envelope[Any]], S]
 
 # Checkpoints encode strictly: a field the schema does not know is an error, not dropped
 # (validate_python takes ``extra`` since pydantic 2.12; older versions drop such fields).
-STRICT_EXTRA: dict[str, Any] = (
-    {"extra": "forbid"} if "extra" in inspect.signature(TypeAdapter.validate_python).parameters else {}
-)
+_TAKES_EXTRA = "extra" in inspect.signature(TypeAdapter.validate_python).parameters
+STRICT_EXTRA: dict[str, Any] = {"extra": "forbid"} if _TAKES_EXTRA else {}
 
 
 class MissingSegment(Exception):

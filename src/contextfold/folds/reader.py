@@ -108,7 +108,8 @@ class FoldReader:
 
     def __init__(self, store: Store, cache: FoldCache | None = None, *, clock: Callable[[], float] = time.monotonic):
         self.store = store
-        self.cache = cache if cache is not None else FoldCache()  # an empty cache is falsy (__len__)
+        # Not `cache or FoldCache()`: an empty cache is falsy (it has __len__).
+        self.cache = cache if cache is not None else FoldCache()
         self._clock = clock
         self._locks: dict[tuple[Any, ...], _Flight] = {}
         self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()

@@ -198,7 +198,8 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                 if self._summary_adapter is None:
                     raise ValueError("the fold has no summary schema but the state has a summary")
                 summary = self._summary_adapter.dump_python(
-                    self._summary_adapter.validate_python(state.summary, **STRICT_EXTRA), mode="json"
+                    self._summary_adapter.validate_python(state.summary, **STRICT_EXTRA),
+                    mode="json",
                 )
         except (ValidationError, ValueError, TypeError) as exc:
             raise FoldCompactionError(

@@ -7,6 +7,7 @@ same request it always answers the same, and it reports usage as request bytes /
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -28,22 +29,61 @@ def _body(message: NeutralMessage) -> str:
     return rest if parse_item_header(first) is not None else message.content
 
 
+_SUMMARY_START = "Summary of the conversation so far"
+_ASKED = "- The user asked: "
+
+
+def _asked(message: NeutralMessage) -> list[str]:
+    """What a user message asked: its text, or the questions a summary records."""
+    body = _body(message).strip()
+    if not body.startswith(_SUMMARY_START):
+        return [body] if body else []
+    asked: list[str] = []
+    for line in body.splitlines():
+        if line.startswith(_ASKED):
+            try:
+                value = json.loads(line[len(_ASKED) :])
+            except ValueError:
+                continue
+            if isinstance(value, str):
+                asked.append(value)
+    return asked
+
+
 def _summary(request: NeutralRequest) -> str:
-    asked = [_body(m).strip() for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX)]
+    asked = [
+        q for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX) for q in _asked(m)
+    ]
     tools = sum(1 for m in request.messages if m.role == "tool")
-    lines = [f"Summary of the conversation so far ({tools} tool results)."]
-    lines += [f"- The user asked: {json.dumps(q[:160])}" for q in asked if q][-6:]
+    lines = [f"{_SUMMARY_START} ({tools} tool results)."]
+    lines += [f"{_ASKED}{json.dumps(q[:160])}" for q in asked][-6:]
     return "\n".join(lines)
+
+
+def _question(message: NeutralMessage) -> str | None:
+    """The question a user message asks: its text, or for a compaction summary (which may
+    have replaced the question in progress) the newest question it records."""
+    if message.role != "user":
+        return None
+    questions = [q.strip() for q in _asked(message) if q.strip().endswith("?")]
+    return questions[-1] if questions else None
+
+
+def _request_id(request: NeutralRequest) -> str:
+    """A call id unique to the request's content: a count of messages would repeat after
+    a compaction shrinks the request, and a repeated call id is not executable."""
+    digest = hashlib.sha256("\x00".join(m.content for m in request.messages).encode())
+    return digest.hexdigest()[:16]
 
 
 def _decide(request: NeutralRequest) -> ModelOutput:
     messages = [m for m in request.messages if not (m.role == "user" and m.content.startswith(TAIL_PREFIX))]
     if messages and messages[-1].content == COMPACTION_INSTRUCTION:
         return ModelOutput(text=_summary(request))
-    question_at = max((i for i, m in enumerate(messages) if m.role == "user" and _body(m).strip().endswith("?")), default=-1)
+    question_at = max((i for i, m in enumerate(messages) if _question(m) is not None), default=-1)
     if question_at < 0:
         return ModelOutput(text="I am ready. Ask me about the workspace.")
-    question = _body(messages[question_at]).strip()
+    question = _question(messages[question_at]) or ""
     since = messages[question_at + 1 :]
     results = [m for m in since if m.role == "tool"]
     tool_names = {t.name for t in request.tools}
@@ -53,14 +93,14 @@ def _decide(request: NeutralRequest) -> ModelOutput:
         query = words[0] if words else question.split()[-1].strip("?")
         return ModelOutput(
             text=f"Let me search the workspace for {query!r}.",
-            tool_calls=(ToolCall(id=f"call_{len(request.messages)}_search", name="search_files", arguments=json.dumps({"query": query})),),
+            tool_calls=(ToolCall(id=f"call_{_request_id(request)}_search", name="search_files", arguments=json.dumps({"query": query})),),
         )
     if step == 1 and "read_file" in tool_names:
         found = re.findall(r"^([\w./-]+\.\w+):\d+:", _body(results[0]), flags=re.M)
         if found:
             return ModelOutput(
                 text=f"Reading {found[0]}.",
-                tool_calls=(ToolCall(id=f"call_{len(request.messages)}_read", name="read_file", arguments=json.dumps({"path": found[0]})),),
+                tool_calls=(ToolCall(id=f"call_{_request_id(request)}_read", name="read_file", arguments=json.dumps({"path": found[0]})),),
             )
     status = [
         _body(m).strip() for m in messages

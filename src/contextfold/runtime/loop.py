@@ -22,7 +22,6 @@ from ..context.events import (
     LlmRequestRequested,
     LlmResponse,
     ModelToolCall,
-    PrefixMessage,
     RequestHeader,
     TokenUsage,
     ToolCallResult,
@@ -31,17 +30,23 @@ from ..context.events import (
 )
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
-from ..context.request import build_request
+from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..events import Event
 from ..journal import Journal
-from ..render.neutral import NeutralRequest, RenderedRequest, ToolCall, render_request
+from ..render.neutral import (
+    NeutralMessage,
+    NeutralRequest,
+    RenderedRequest,
+    ToolCall,
+    render_request,
+)
 from ..render.prefix import PrefixInstance, SessionPrefix
 from .models import ModelClient, ModelOutput
 from .scheduling import AgentHalted, Decision, Scheduler, TurnBudgets, behaviour_of, decide
 from .tools import Toolbox, ToolOutcome
 
-__all__ = ["Agent", "AgentObserver", "RunReport", "Status", "system_prompt"]
+__all__ = ["Agent", "AgentObserver", "Observers", "RunReport", "Status", "system_prompt"]
 
 log = logging.getLogger("contextfold.runtime")
 Status = Literal["idle", "queued", "busy", "stopped"]
@@ -56,6 +61,17 @@ class AgentObserver(Protocol):
     """Hooks for what the loop does (printing, a transcript, metrics). All optional."""
 
     async def on_event(self, name: str, **data: Any) -> None: ...
+
+
+class Observers:
+    """Several observers as one, called in order."""
+
+    def __init__(self, *observers: AgentObserver) -> None:
+        self.observers = observers
+
+    async def on_event(self, name: str, **data: Any) -> None:
+        for observer in self.observers:
+            await observer.on_event(name, **data)
 
 
 @dataclass(slots=True)
@@ -99,7 +115,8 @@ class Agent:
         self.stream = stream
         self.model = model
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
-        self.prefix: PrefixInstance = (prefix or SessionPrefix()).instance()
+        self._prefix_source = prefix or SessionPrefix()
+        self.prefix: PrefixInstance = self._prefix_source.instance()
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.stream_responses = stream_responses
@@ -168,12 +185,27 @@ class Agent:
 
     # -- one request --------------------------------------------------------------------------
 
+    async def _session_prefix(self) -> tuple[NeutralMessage, ...]:
+        """The instance's composed prefix. A cancel landing inside the composition discards
+        it, even when a contributor swallowed the cancel and returned a degraded fallback:
+        that value must reach neither this request nor a later one."""
+        composed = self.prefix.composed
+        if composed is not None:
+            return composed
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
+        composed = await self.prefix.get()
+        if task is not None and task.cancelling() > cancels:
+            self.prefix = self._prefix_source.instance()  # the next turn composes again
+            raise asyncio.CancelledError
+        return composed
+
     async def _header(self, context: AgentContextState) -> RequestHeader:
-        prefix = await self.prefix.get()
+        prefix = await self._session_prefix()
         return RequestHeader(
             transport=self.model.transport,
             model=self.model.model,
-            session_prefix=tuple(PrefixMessage(role=m.role, content=m.content) for m in prefix),  # type: ignore[arg-type]
+            session_prefix=prefix_snapshot(prefix),
             tools=tuple(
                 ToolDefinition(name=s.name, description=s.description, parameters=s.parameters_json.decode(), strict=s.strict)
                 for s in self.toolbox.specs
@@ -202,6 +234,19 @@ class Agent:
         await self._send(offset, report)
 
     async def _retry(self, offset: int, report: RunReport) -> None:
+        context = await self.journal.fold(AgentContext, self.stream)
+        if context.request_offset == offset and context.header is None:
+            # Appended without any header snapshot (by hand, or another writer): it cannot
+            # be rendered or rebuilt. It was never sent; seal it and request anew, with
+            # this instance's header logged, so its triggers are still answered.
+            reason = f"request @{offset} has no header snapshot and cannot be rendered"
+            await self.journal.append(
+                self.stream, LlmRequestInterrupted(request_offset=offset, reason=reason), actor="agent"
+            )
+            report.interrupted.append(offset)
+            await self._emit("interrupted", offset=offset, by=None)
+            await self._request(context, Decision("request", reason), report)
+            return
         await self._emit("retry", offset=offset)
         await self._send(offset, report)
 

@@ -198,6 +198,12 @@ class PostgresStore(Store):
         except (psycopg.Error, OSError) as exc:
             self._fail(exc, doing)
 
+    async def _query(self, doing: str, sql: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
+        async with self._connection(doing) as conn:
+            cur = conn.cursor(binary=True)
+            await cur.execute(sql, args)
+            return await cur.fetchall()
+
     async def open(self) -> None:
         """Open the pool and create the tables if they are missing (safe from many processes)."""
         async with self._open_lock:
@@ -352,31 +358,23 @@ class PostgresStore(Store):
             sql += " AND global_position < %(bound)s"
         sql += " ORDER BY position DESC LIMIT %(limit)s"
         args = {"ns": namespace, "s": stream, "types": list(types), "bound": bound}
-        args["limit"] = max(limit, 0)
-        async with self._connection(f"reading stream {stream!r}") as conn:
-            cur = conn.cursor(binary=True)
-            await cur.execute(sql, args)
-            rows = await cur.fetchall()
+        rows = await self._query(
+            f"reading stream {stream!r}", sql, {**args, "limit": max(limit, 0)}
+        )
         return tuple([_event(namespace, stream, r) for r in rows])
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
         if not target:
             return False
-        async with self._connection(f"reading stream {stream!r}") as conn:
-            cur = await conn.execute(
-                f"SELECT 1 FROM cf_events WHERE global_position = %(g)s AND {_WHERE}",
-                {"g": target, "ns": namespace, "s": stream},
-            )
-            return await cur.fetchone() is not None
+        sql = f"SELECT 1 FROM cf_events WHERE global_position = %(g)s AND {_WHERE}"
+        args = {"g": target, "ns": namespace, "s": stream}
+        return bool(await self._query(f"reading stream {stream!r}", sql, args))
 
     async def version(self, namespace: str, stream: str) -> int:
-        async with self._connection(f"reading stream {stream!r}") as conn:
-            cur = await conn.execute(
-                f"SELECT version FROM cf_streams WHERE {_WHERE}", {"ns": namespace, "s": stream}
-            )
-            row = await cur.fetchone()
-        return int(row[0]) if row else 0
+        sql = f"SELECT version FROM cf_streams WHERE {_WHERE}"
+        rows = await self._query(f"reading stream {stream!r}", sql, {"ns": namespace, "s": stream})
+        return int(rows[0][0]) if rows else 0
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         args = {"ns": namespace, "s": stream}
@@ -400,9 +398,8 @@ class PostgresStore(Store):
             # The range lets the primary key serve the scan; starts_with is exact (no LIKE escapes).
             sql += " AND stream >= %(p)s AND starts_with(stream, %(p)s)"
         sql += " ORDER BY stream LIMIT %(limit)s"
-        async with self._connection(f"listing the streams of namespace {namespace!r}") as conn:
-            cur = await conn.execute(sql, {"ns": namespace, "p": prefix, "limit": limit})
-            rows = await cur.fetchall()
+        args = {"ns": namespace, "p": prefix, "limit": limit}
+        rows = await self._query(f"listing the streams of namespace {namespace!r}", sql, args)
         return tuple(StreamInfo(s, int(v)) for s, v in rows)
 
     def subscribe(

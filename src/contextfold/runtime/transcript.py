@@ -1,0 +1,117 @@
+"""The bridge from the agent loop to the transcript: an observer that turns what the loop
+does into transcript stream events (rows at boundaries, deltas on the bus only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..transcript.parts import Usage as PartUsage
+from ..transcript.stream import (
+    CompactionRequested,
+    MessageFinished,
+    MessageStarted,
+    StepFinished,
+    StepStarted,
+    TextDelta,
+    TextEnd,
+    TextStart,
+    ToolStateChanged,
+)
+from ..transcript.writer import TranscriptWriter
+
+__all__ = ["TranscriptObserver"]
+
+
+class TranscriptObserver:
+    """Writes one assistant message per model request: a step, its text (streamed as bus
+    deltas, stored at the end) and its tool parts through pending, running and completed.
+
+    ``clock`` gives the ISO time of each boundary (inject a fixed one in tests).
+    """
+
+    def __init__(self, writer: TranscriptWriter, session: str, *, clock: Callable[[], str]) -> None:
+        self.writer, self.session, self.clock = writer, session, clock
+        self._open: dict[str, int] = {}  # tool call id -> request offset
+        self._current: int | None = None
+
+    async def on_event(self, name: str, **data: Any) -> None:
+        handler = getattr(self, "_" + name.replace("-", "_"), None)
+        if handler is not None:
+            await handler(**data)
+
+    def _ids(self, offset: int) -> tuple[str, str, str]:
+        return f"request-{offset}", f"step-{offset}", f"text-{offset}"
+
+    async def _request(self, offset: int, **_: Any) -> None:
+        message, step, text = self._ids(offset)
+        now = self.clock()
+        self._current = offset
+        w, s = self.writer, self.session
+        await w.publish(MessageStarted(session=s, message_id=message, role="assistant", time=now))
+        await w.publish(StepStarted(session=s, message_id=message, part_id=step, time=now))
+        await w.publish(TextStart(session=s, message_id=message, part_id=text, time=now))
+
+    async def _delta(self, offset: int, kind: str, text: str, **_: Any) -> None:
+        if kind == "text":
+            message, _step, part = self._ids(offset)
+            await self.writer.publish(TextDelta(session=self.session, message_id=message, part_id=part, delta=text))
+
+    async def _response(self, offset: int, output: Any, **_: Any) -> None:
+        message, step, text = self._ids(offset)
+        now, s, w = self.clock(), self.session, self.writer
+        await w.publish(TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text))
+        for call in output.tool_calls:
+            self._open[call.id] = offset
+            await w.publish(ToolStateChanged(
+                session=s, message_id=message, part_id=f"tool-{call.id}", call_id=call.id,
+                tool=call.name, state="pending", time=now,
+            ))
+        usage = PartUsage(input=output.usage.input_tokens, output=output.usage.output_tokens,
+                          cache_read=output.usage.cached_input_tokens)
+        await w.publish(StepFinished(session=s, message_id=message, part_id=step, time=now,
+                                     reason=output.finish_reason, usage=usage))
+        if not output.tool_calls:
+            await w.publish(MessageFinished(session=s, message_id=message, time=now, finish=output.finish_reason))
+
+    async def _tool_start(self, call: Any, **_: Any) -> None:
+        offset = self._open.get(call.id)
+        if offset is not None:
+            await self.writer.publish(ToolStateChanged(
+                session=self.session, message_id=self._ids(offset)[0], part_id=f"tool-{call.id}",
+                call_id=call.id, tool=call.name, state="running", time=self.clock(),
+            ))
+
+    async def _tool_end(self, call: Any, outcome: Any, **_: Any) -> None:
+        offset = self._open.pop(call.id, None)
+        if offset is None:
+            return
+        message = self._ids(offset)[0]
+        state = "error" if outcome.is_error else "completed"
+        await self.writer.publish(ToolStateChanged(
+            session=self.session, message_id=message, part_id=f"tool-{call.id}", call_id=call.id,
+            tool=call.name, state=state, time=self.clock(),
+            output=None if outcome.is_error else outcome.output,
+            error=outcome.output if outcome.is_error else None,
+        ))
+        if not any(o == offset for o in self._open.values()):
+            await self.writer.publish(MessageFinished(session=self.session, message_id=message, time=self.clock(), finish="tool-calls"))
+
+    async def _interrupted(self, offset: int, **_: Any) -> None:
+        message = self._ids(offset)[0]
+        await self.writer.publish(MessageFinished(
+            session=self.session, message_id=message, time=self.clock(), finish="interrupted", error="interrupted"
+        ))
+
+    async def _compaction(self, offset: int, summary: str, **_: Any) -> None:
+        # Seed 001's boundary: a user message carrying the compaction part, answered by an
+        # assistant summary message whose parent it is.
+        asked, answer = f"compaction-{offset}", f"summary-{offset}"
+        now, s, w = self.clock(), self.session, self.writer
+        await w.publish(MessageStarted(session=s, message_id=asked, role="user", time=now))
+        await w.publish(CompactionRequested(session=s, message_id=asked, part_id=f"compaction-part-{offset}", auto=True))
+        await w.publish(MessageFinished(session=s, message_id=asked, time=now, finish="stop"))
+        await w.publish(MessageStarted(session=s, message_id=answer, role="assistant", time=now, parent_id=asked, summary=True))
+        await w.publish(TextStart(session=s, message_id=answer, part_id=f"summary-text-{offset}", time=now))
+        await w.publish(TextEnd(session=s, message_id=answer, part_id=f"summary-text-{offset}", time=now, text=summary))
+        await w.publish(MessageFinished(session=s, message_id=answer, time=now, finish="stop"))
