@@ -1,0 +1,469 @@
+"""Compaction checkpoints: compact(next), restoring, ignoring unusable checkpoints, races."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Literal
+
+import pytest
+from foldsupport import RecordingStore
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+import contextfold as cf
+from contextfold.store.memory import MemoryStore
+from contextfold.store.sqlite import SQLiteStore
+
+
+class Said(cf.Event, type="ckp/said"):
+    text: str
+
+
+class Turn(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    role: Literal["user", "assistant"] = "user"
+    text: str
+
+
+class Chat(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    summary: str | None = None
+    turns: tuple[Turn, ...] = ()
+
+
+class ChatV2(BaseModel):
+    """A changed state shape: old checkpoints of Chat no longer decode with it."""
+
+    model_config = ConfigDict(frozen=True)
+    summary: str | None = None
+    turns: tuple[Turn, ...] = ()
+    count: int
+
+
+def chat_fold(version: int = 1) -> cf.Fold[Chat]:
+    fold: cf.Fold[Chat] = cf.Fold("chat", state=Chat, version=version)
+
+    @fold.on(Said)
+    def _said(state: Chat, ev: cf.Envelope[Said]) -> Chat:
+        return state.model_copy(update={"turns": (*state.turns, Turn(text=ev.payload.text))})
+
+    return fold
+
+
+def chat_v2_fold() -> cf.Fold[ChatV2]:
+    fold: cf.Fold[ChatV2] = cf.Fold("chat", state=ChatV2, initial=lambda: ChatV2(count=0))
+
+    @fold.on(Said)
+    def _said(state: ChatV2, ev: cf.Envelope[Said]) -> ChatV2:
+        turns = (*state.turns, Turn(text=ev.payload.text))
+        return state.model_copy(update={"turns": turns, "count": state.count + 1})
+
+    return fold
+
+
+def texts(state: Chat) -> list[str]:
+    return [t.text for t in state.turns]
+
+
+def summarize_all_but(keep: int, label: str = "summary") -> object:
+    def next_state(state: Chat) -> Chat:
+        older = state.turns[:-keep] if keep else state.turns
+        kept = state.turns[-keep:] if keep else ()
+        summary = f"{label}: {state.summary or ''}|{','.join(t.text for t in older)}"
+        return Chat(summary=summary, turns=kept)
+
+    return next_state
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, sqlite_path: str) -> AsyncIterator[RecordingStore]:
+    inner: cf.Store = MemoryStore() if request.param == "memory" else SQLiteStore(sqlite_path)
+    recording = RecordingStore(inner)
+    await recording.open()
+    try:
+        yield recording
+    finally:
+        await recording.close()
+
+
+async def cold(store: cf.Store, fold: cf.FoldBase[object], stream: str = "s") -> object:
+    """A cold rebuild: a fresh journal (its own fold cache) on the same store."""
+    return await cf.Journal(store).fold(fold, stream)
+
+
+# -- round trip --------------------------------------------------------------------------------
+
+
+async def test_compact_next_round_trip(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    appended = await journal.append("s", [Said(text="a"), Said(text="b"), Said(text="c")])
+    compacted = await journal.compact(fold, "s", summarize_all_but(1))
+    assert compacted == Chat(summary="summary: |a,b", turns=(Turn(text="c"),))
+    assert await journal.fold(fold, "s") == compacted
+    assert await cold(store, fold) == compacted
+
+    [checkpoint] = await journal.latest("s", [fold.checkpoint_type])
+    assert checkpoint.payload == {
+        "fold": "chat",
+        "version": 1,
+        "through": appended.cursor,
+        "state": {"summary": "summary: |a,b", "turns": [{"role": "user", "text": "c"}]},
+    }
+    assert checkpoint.meta.channels == ()  # never replayed on a channel
+
+    await journal.append("s", Said(text="d"))
+    after = Chat(summary="summary: |a,b", turns=(Turn(text="c"), Turn(text="d")))
+    assert await journal.fold(fold, "s") == after
+    assert await cold(store, fold) == after
+
+
+async def test_compact_next_may_be_async_and_gets_the_read_state(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    seen: list[Chat] = []
+
+    async def next_state(state: Chat) -> Chat:
+        seen.append(state)
+        await asyncio.sleep(0)
+        return Chat(summary="async", turns=())
+
+    assert await journal.compact(fold, "s", next_state) == Chat(summary="async")
+    assert texts(seen[0]) == ["a", "b"]
+    assert await cold(store, fold) == Chat(summary="async")
+
+
+async def test_compact_on_an_empty_stream(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    assert await journal.compact(fold, "s", lambda s: Chat(summary="nothing yet")) == Chat(
+        summary="nothing yet"
+    )
+    await journal.append("s", Said(text="a"))
+    expected = Chat(summary="nothing yet", turns=(Turn(text="a"),))
+    assert await journal.fold(fold, "s") == expected
+    assert await cold(store, fold) == expected
+
+
+# -- restoring ---------------------------------------------------------------------------------
+
+
+async def test_a_cold_read_restores_the_newest_checkpoint(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    await journal.compact(fold, "s", summarize_all_but(0, "first"))
+    through = (await journal.append("s", [Said(text="c"), Said(text="d")])).cursor
+    second = await journal.compact(fold, "s", summarize_all_but(1, "second"))
+    await journal.append("s", Said(text="e"))
+    expected = second.model_copy(update={"turns": (*second.turns, Turn(text="e"))})
+    assert await journal.fold(fold, "s") == expected
+
+    store.clear()
+    assert await cold(store, fold) == expected
+    # It started from the newest checkpoint's through, not from the start of the stream.
+    assert store.reads[0].after == through
+
+
+async def test_a_warm_read_rebases_on_a_checkpoint_another_journal_wrote(
+    store: RecordingStore,
+) -> None:
+    reader_journal, writer_journal = cf.Journal(store), cf.Journal(store)
+    fold = chat_fold()
+    await reader_journal.append("s", [Said(text="a"), Said(text="b")])
+    assert texts(await reader_journal.fold(fold, "s")) == ["a", "b"]
+    compacted = await writer_journal.compact(fold, "s", summarize_all_but(1))
+    assert await reader_journal.fold(fold, "s") == compacted
+
+
+async def test_a_checkpoint_of_another_version_is_ignored(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    v1, v2 = chat_fold(1), chat_fold(2)  # different versions: no FoldDefinitionError
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    assert texts(await journal.fold(v2, "s")) == ["a", "b"]  # v2 cached (warm) from here
+
+    compacted_v1 = await journal.compact(v1, "s", summarize_all_but(0, "v1"))
+    assert await journal.fold(v2, "s") == Chat(turns=(Turn(text="a"), Turn(text="b")))
+    assert await cold(store, v2) == Chat(turns=(Turn(text="a"), Turn(text="b")))
+
+    compacted_v2 = await journal.compact(v2, "s", summarize_all_but(0, "v2"))
+    assert await journal.fold(v1, "s") == compacted_v1
+    assert await cold(store, v1) == compacted_v1
+    assert await cold(store, v2) == compacted_v2
+    assert compacted_v1 != compacted_v2
+
+
+async def test_a_checkpoint_with_an_unknown_through_is_ignored_and_reported(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    good = await journal.compact(fold, "s", summarize_all_but(1))
+    other_stream_cursor = (await journal.append("elsewhere", Said(text="x"))).cursor
+    bad = await journal.append(
+        "s",
+        [
+            cf.RawEvent(
+                fold.checkpoint_type,
+                {"fold": "chat", "version": 1, "through": through, "state": {"summary": "bad"}},
+            )
+            for through in ("999999999", "not-a-cursor", other_stream_cursor)
+        ],
+        channels=(),
+    )
+    await journal.append("s", Said(text="c"))
+    expected = good.model_copy(update={"turns": (*good.turns, Turn(text="c"))})
+    assert await journal.fold(fold, "s") == expected  # warm
+    fresh = cf.Journal(store)
+    assert await fresh.fold(fold, "s") == expected  # cold: falls back to the older one
+    for reader in (journal, fresh):
+        reports = sorted((s.reason, s.position) for s in reader.folds.skipped)
+        assert reports == [
+            ("checkpoint", p) for p in range(bad.first_position, bad.last_position + 1)
+        ]
+
+
+async def test_a_checkpoint_that_no_longer_decodes_is_ignored_and_reported(
+    store: RecordingStore,
+) -> None:
+    old_journal = cf.Journal(store)
+    await old_journal.append("s", [Said(text="a"), Said(text="b")])
+    await old_journal.compact(chat_fold(), "s", summarize_all_but(0))
+    await old_journal.append("s", Said(text="c"))
+
+    # The state's schema changed without a version bump: the checkpoint is skipped and the
+    # fold starts from scratch (from the start of the history).
+    journal = cf.Journal(store)
+    changed = chat_v2_fold()
+    state = await journal.fold(changed, "s")
+    assert (state.summary, [t.text for t in state.turns], state.count) == (None, ["a", "b", "c"], 3)
+    assert [s.reason for s in journal.folds.skipped] == ["checkpoint"]
+    journal.folds.cache.drop(lambda key: True)
+    assert await journal.fold(changed, "s") == state
+    assert len(journal.folds.skipped) == 1  # reported once
+
+    # A garbage state written under the fold's name is skipped the same way.
+    await journal.append(
+        "s",
+        cf.RawEvent(changed.checkpoint_type, {"through": None, "state": {"count": "many"}}),
+        channels=(),
+    )
+    assert await journal.fold(changed, "s") == state
+    assert [s.reason for s in journal.folds.skipped] == ["checkpoint", "checkpoint"]
+
+    # The next compaction writes a checkpoint that decodes: from then on it is used.
+    compacted = await journal.compact(
+        changed, "s", lambda s: ChatV2(summary="new shape", turns=(), count=s.count)
+    )
+    assert compacted == ChatV2(summary="new shape", count=3)
+    assert await cold(store, changed) == compacted
+
+
+async def test_a_checkpoint_of_a_deleted_history_is_ignored(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="old-a"), Said(text="old-b")])
+
+    async def next_state(state: Chat) -> Chat:
+        # The context is deleted and starts again while the summary is written.
+        await journal.delete_stream("s")
+        await journal.append("s", Said(text="new-a"))
+        return Chat(summary="summary of the old history")
+
+    result = await journal.compact(fold, "s", next_state)
+    assert result == Chat(turns=(Turn(text="new-a"),))
+    assert await cold(store, fold) == result
+    assert [s.reason for s in journal.folds.skipped] == ["checkpoint"]
+
+
+# -- what cannot compact -----------------------------------------------------------------------
+
+
+async def test_an_invalid_new_state_is_rejected_and_nothing_is_appended(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a")])
+    before = await journal.fold(fold, "s")
+    version = await journal.version("s")
+    invalid: list[object] = [
+        "not a chat",
+        {"turns": "nope"},
+        {"summary": 5, "turns": []},
+        # Strict encoding: a field the schema does not know is an error, not dropped.
+        {"summary": "x", "turns": [], "unknown": 1},
+        {"turns": [{"role": "user", "text": "t", "extra": True}]},
+    ]
+    for bad in invalid:
+        with pytest.raises(cf.FoldCompactionError) as caught:
+            await journal.compact(fold, "s", lambda s, bad=bad: bad)
+        assert caught.value.reason == "invalid-state"
+        assert isinstance(caught.value.__cause__, ValidationError)
+    assert await journal.version("s") == version
+    assert await journal.fold(fold, "s") == before
+
+
+async def test_an_invalid_segmented_state_is_rejected(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = cf.SegmentedFold("segchat", data=Turn, summary=str, tag=None)
+    fold.open(Said)(lambda ev: cf.Segment(f"p{ev.position}", Turn(text=ev.payload.text)))
+    await journal.append("s", Said(text="a"))
+    version = await journal.version("s")
+    invalid: list[object] = [
+        ("not", "a", "state"),
+        cf.SegmentedState([cf.Segment("x", {"role": "robot", "text": "t"})]),
+        cf.SegmentedState([cf.Segment("x", {"role": "user", "text": "t", "extra": 1})]),
+        cf.SegmentedState([], summary=5),
+    ]
+    for bad in invalid:
+        with pytest.raises(cf.FoldCompactionError) as caught:
+            await journal.compact(fold, "s", lambda s, bad=bad: bad)
+        assert caught.value.reason == "invalid-state"
+    assert await journal.version("s") == version
+
+
+async def test_an_error_in_next_publishes_nothing(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", Said(text="a"))
+    boom = RuntimeError("model unavailable")
+
+    async def failing(state: Chat) -> Chat:
+        raise boom
+
+    with pytest.raises(cf.FoldCompactionError) as caught:
+        await journal.compact(fold, "s", failing)
+    assert caught.value.__cause__ is boom
+    assert await journal.version("s") == 1
+
+
+async def test_folds_that_cannot_compact_are_unsupported(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    plain: cf.Fold[tuple[str, ...]] = cf.Fold("plain", initial=tuple)
+    plain.on(Said)(lambda s, ev: (*s, ev.payload.text))
+    run_scoped = cf.Fold("run_chat", state=Chat, scope="run")
+    run_scoped.on(Said)(lambda s, ev: s)
+    run_segmented = cf.SegmentedFold("run_seg", data=str, summary=str, scope="run", tag=None)
+    run_segmented.open(Said)(lambda ev: cf.Segment("x", ev.payload.text))
+    await journal.append("s", Said(text="a"), run_id="r")
+    for fold in (plain, run_scoped, run_segmented):
+        assert not fold.can_compact
+        with pytest.raises(cf.FoldCompactionError) as caught:
+            await journal.compact(fold, "s", lambda s: s)
+        assert caught.value.reason == "unsupported"
+    assert await journal.version("s") == 1
+
+
+# -- events during compaction, races -----------------------------------------------------------
+
+
+async def test_events_appended_while_next_runs_are_folded_on_top(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+
+    async def next_state(state: Chat) -> Chat:
+        await journal.append("s", Said(text="during-1"))
+        await asyncio.sleep(0)
+        await journal.append("s", Said(text="during-2"))
+        return Chat(summary=",".join(texts(state)))
+
+    result = await journal.compact(fold, "s", next_state)
+    assert result == Chat(summary="a,b", turns=(Turn(text="during-1"), Turn(text="during-2")))
+    assert await journal.fold(fold, "s") == result
+    assert await cold(store, fold) == result
+
+
+async def test_concurrent_compactions_the_checkpoint_appended_last_wins(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    gate = asyncio.Event()
+
+    async def slow(state: Chat) -> Chat:  # computed from the older read, appended last
+        await gate.wait()
+        return Chat(summary="slow:" + ",".join(texts(state)))
+
+    slow_task = asyncio.create_task(journal.compact(fold, "s", slow))
+    await asyncio.sleep(0.01)  # the slow compaction has read [a, b] and waits
+    await journal.append("s", Said(text="c"))
+    fast = await journal.compact(fold, "s", lambda s: Chat(summary="fast:" + ",".join(texts(s))))
+    assert fast == Chat(summary="fast:a,b,c")
+    gate.set()
+    slow_result = await slow_task
+
+    # The slow checkpoint was appended last: it wins, and "c" (after its through) is on top.
+    expected = Chat(summary="slow:a,b", turns=(Turn(text="c"),))
+    assert slow_result == expected
+    assert await journal.fold(fold, "s") == expected
+    assert await cold(store, fold) == expected
+
+
+async def test_gathered_compactions_agree_with_a_rebuild(store: RecordingStore) -> None:
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", [Said(text=str(i)) for i in range(5)])
+
+    async def keep(n: int, state: Chat) -> Chat:
+        await asyncio.sleep(0)
+        return summarize_all_but(n, f"keep{n}")(state)  # type: ignore[operator, no-any-return]
+
+    results = await asyncio.gather(
+        journal.compact(fold, "s", lambda s: keep(1, s)),
+        journal.compact(fold, "s", lambda s: keep(2, s)),
+    )
+    final = await journal.fold(fold, "s")
+    assert final == await cold(store, fold)
+    [winner] = await journal.latest("s", [fold.checkpoint_type])
+    assert final.summary == winner.payload["state"]["summary"]
+    assert results[-1] == final or results[0] == final
+
+
+# -- identity ----------------------------------------------------------------------------------
+
+
+async def test_two_compactable_folds_with_one_name_and_version_fail(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    first, second = chat_fold(), chat_fold()
+    await journal.append("s", Said(text="a"))
+    await journal.fold(first, "s")
+    with pytest.raises(cf.FoldDefinitionError, match="fold-checkpoint-shared"):
+        await journal.fold(second, "s")
+    with pytest.raises(cf.FoldDefinitionError, match="fold-checkpoint-shared"):
+        await journal.compact(second, "s", lambda s: s)
+    # The same object, read again, and other journals are fine.
+    await journal.fold(first, "s")
+    assert await cf.Journal(store).fold(second, "s") == await journal.fold(first, "s")
+
+
+async def test_folds_sharing_a_name_but_no_checkpoints_only_warn(
+    store: RecordingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    journal = cf.Journal(store)
+    calls: list[str] = []
+
+    def plain() -> cf.Fold[tuple[str, ...]]:
+        fold: cf.Fold[tuple[str, ...]] = cf.Fold("shared", initial=tuple)
+
+        @fold.on(Said)
+        def _said(state: tuple[str, ...], ev: cf.Envelope[Said]) -> tuple[str, ...]:
+            calls.append(ev.payload.text)
+            return (*state, ev.payload.text)
+
+        return fold
+
+    first, second = plain(), plain()
+    await journal.append("s", Said(text="a"))
+    with caplog.at_level(logging.WARNING, logger="contextfold.folds"):
+        assert await journal.fold(first, "s") == ("a",)
+        assert await journal.fold(second, "s") == ("a",)
+    assert "fold-name-shared" in caplog.text
+    assert calls == ["a", "a"]  # each fold object has a state of its own

@@ -1,0 +1,222 @@
+"""Segmented folds: open, attach (kind narrows, missing targets), on."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+import contextfold as cf
+
+
+class Prompt(cf.Event, type="seg/prompt"):
+    id: str
+    text: str
+
+
+class Step(cf.Event, type="seg/step"):
+    step_id: str
+    text: str
+
+
+class Result(cf.Event, type="seg/result"):
+    step_id: str
+    output: str
+
+
+class LateResult(cf.Event, type="seg/late-result"):
+    step_id: str
+    output: str
+
+
+class Forget(cf.Event, type="seg/forget"):
+    id: str
+
+
+class Noop(cf.Event, type="seg/noop"):
+    step_id: str
+
+
+class UserData(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["user"] = "user"
+    text: str
+
+
+class StepData(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["step"] = "step"
+    text: str
+    results: tuple[str, ...] = ()
+
+
+Entry = Annotated[UserData | StepData, Field(discriminator="kind")]
+
+
+def make_fold(name: str = "segmented") -> cf.SegmentedFold:
+    fold = cf.SegmentedFold(name, data=Entry, summary=str, tag="kind")
+
+    @fold.open(Prompt)
+    def _prompt(ev: cf.Envelope[Prompt]) -> cf.Segment[UserData]:
+        return cf.Segment(ev.payload.id, UserData(text=ev.payload.text))
+
+    @fold.open(Step)
+    def _step(ev: cf.Envelope[Step]) -> cf.Segment[StepData]:
+        return cf.Segment(ev.payload.step_id, StepData(text=ev.payload.text))
+
+    @fold.attach(Result, kind="step", to=lambda ev: ev.payload.step_id)
+    def _result(step: StepData, ev: cf.Envelope[Result]) -> StepData:
+        return step.model_copy(update={"results": (*step.results, ev.payload.output)})
+
+    @fold.attach(LateResult, kind="step", to=lambda ev: ev.payload.step_id, on_missing="ignore")
+    def _late(step: StepData, ev: cf.Envelope[LateResult]) -> StepData:
+        return step.model_copy(update={"results": (*step.results, ev.payload.output)})
+
+    @fold.attach(Noop, to=lambda ev: ev.payload.step_id)
+    def _noop(data: UserData | StepData, ev: cf.Envelope[Noop]) -> UserData | StepData:
+        return data  # nothing changes
+
+    @fold.on(Forget)
+    def _forget(state: cf.SegmentedState, ev: cf.Envelope[Forget]) -> cf.SegmentedState:
+        kept = [s for s in state.segments if s.id != ev.payload.id]
+        return cf.SegmentedState(kept, state.summary)
+
+    return fold
+
+
+def env(payload: cf.Event, position: int) -> cf.Envelope[cf.Event]:
+    return cf.Envelope.make(payload, position=position)
+
+
+def ids(state: cf.SegmentedState) -> list[str]:
+    return [s.id for s in state.segments]
+
+
+def test_open_appends_the_newest_segment() -> None:
+    fold = make_fold()
+    state = fold.apply_all(
+        fold.initial_state(),
+        [env(Prompt(id="p1", text="hi"), 1), env(Step(step_id="s1", text="t"), 2)],
+    )
+    assert ids(state) == ["p1", "s1"]
+    assert state.segments[0].data == UserData(text="hi")
+    assert state.summary is None
+    assert fold.kind(state.segments[1]) == "step"
+    assert fold.kind(state.segments[1].data) == "step"
+    assert fold.initial_state() == cf.SegmentedState()
+
+
+def test_attach_updates_the_newest_segment_with_the_id_in_place() -> None:
+    fold = make_fold()
+    state = fold.apply_all(
+        fold.initial_state(),
+        [
+            env(Step(step_id="s1", text="old"), 1),
+            env(Step(step_id="s1", text="new"), 2),
+            env(Prompt(id="p", text="after"), 3),
+            env(Result(step_id="s1", output="r1"), 4),
+            env(Result(step_id="s1", output="r2"), 5),
+        ],
+    )
+    assert ids(state) == ["s1", "s1", "p"]  # updated in place: order unchanged
+    assert state.segments[0].data.results == ()
+    assert state.segments[1].data == StepData(text="new", results=("r1", "r2"))
+
+
+def test_attach_with_kind_skips_a_segment_with_the_id_but_another_kind() -> None:
+    fold = make_fold()
+    state = fold.apply_all(
+        fold.initial_state(),
+        [
+            env(Step(step_id="x", text="step"), 1),
+            env(Prompt(id="x", text="a prompt with the same id, newer"), 2),
+            env(Result(step_id="x", output="out"), 3),
+        ],
+    )
+    assert state.segments[0].data == StepData(text="step", results=("out",))
+    assert state.segments[1].data == UserData(text="a prompt with the same id, newer")
+
+
+def test_attach_with_kind_reports_when_only_another_kind_has_the_id() -> None:
+    fold = make_fold()
+    before = fold.apply(fold.initial_state(), env(Prompt(id="x", text="p"), 1))
+    after, problem = fold.apply_reporting(before, env(Result(step_id="x", output="out"), 2))
+    assert problem == "missing-segment"
+    assert after is before
+
+
+def test_attach_returning_the_data_itself_changes_nothing() -> None:
+    fold = make_fold()
+    state = fold.apply(fold.initial_state(), env(Step(step_id="s", text="t"), 1))
+    assert fold.apply(state, env(Noop(step_id="s"), 2)) is state
+
+
+def test_on_handles_the_whole_state() -> None:
+    fold = make_fold()
+    state = fold.apply_all(
+        fold.initial_state(),
+        [
+            env(Prompt(id="a", text="a"), 1),
+            env(Prompt(id="b", text="b"), 2),
+            env(Forget(id="a"), 3),
+        ],
+    )
+    assert ids(state) == ["b"]
+
+
+def test_open_must_return_a_segment() -> None:
+    fold = cf.SegmentedFold("badopen", data=dict[str, str], tag="kind")
+    fold.open(Prompt)(lambda ev: {"kind": "user"})
+    with pytest.raises(TypeError, match="Segment"):
+        fold.apply(fold.initial_state(), env(Prompt(id="a", text="a"), 1))
+
+
+def test_on_must_return_a_segmented_state() -> None:
+    fold = cf.SegmentedFold("badon", data=dict[str, str], tag="kind")
+    fold.on(Forget)(lambda state, ev: [])
+    with pytest.raises(TypeError, match="SegmentedState"):
+        fold.apply(fold.initial_state(), env(Forget(id="a"), 1))
+
+
+async def test_missing_target_is_reported_once_and_the_state_is_unchanged() -> None:
+    fold = make_fold()
+    journal = cf.open_journal("memory://")
+    await journal.append("s", [Prompt(id="p", text="hi"), Step(step_id="s1", text="t")])
+    before = await journal.fold(fold, "s")
+
+    await journal.append("s", Result(step_id="nope", output="lost"))
+    after = await journal.fold(fold, "s")
+    assert after == before
+    skipped = [s for s in journal.folds.skipped if s.fold == fold.name]
+    assert len(skipped) == 1
+    assert skipped[0].reason == "missing-segment"
+    assert (skipped[0].stream, skipped[0].position) == ("s", 3)
+
+    # Read again, warm and from the start: the same event is not reported again.
+    await journal.fold(fold, "s")
+    journal.folds.cache.drop(lambda key: True)
+    assert await journal.fold(fold, "s") == before
+    assert len([s for s in journal.folds.skipped if s.fold == fold.name]) == 1
+
+    # Another journal object (another "plane") reports it once more, once.
+    other = cf.Journal(journal.store)
+    assert await other.fold(fold, "s") == before
+    await other.fold(fold, "s")
+    assert [s.reason for s in other.folds.skipped] == ["missing-segment"]
+
+
+async def test_missing_target_ignored_is_not_reported() -> None:
+    fold = make_fold()
+    journal = cf.open_journal("memory://")
+    await journal.append("s", Step(step_id="s1", text="t"))
+    before = await journal.fold(fold, "s")
+    await journal.append("s", [LateResult(step_id="compacted-away", output="late")])
+    assert await journal.fold(fold, "s") == before
+    journal.folds.cache.drop(lambda key: True)
+    assert await journal.fold(fold, "s") == before
+    assert journal.folds.skipped == []
+
+    # A late result whose step exists still attaches.
+    await journal.append("s", LateResult(step_id="s1", output="late"))
+    assert (await journal.fold(fold, "s")).segments[0].data.results == ("late",)
