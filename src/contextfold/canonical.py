@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["canonical_json", "check_json_value", "dumps", "loads", "sha256_hex"]
+__all__ = ["canonical_json", "check_json_value", "dumps", "encode_checked", "loads", "sha256_hex"]
 
 _CANONICAL = orjson.OPT_SORT_KEYS
 _MAX_DEPTH = 250  # orjson's own nesting limit is 255; fail with our message first
@@ -55,6 +55,23 @@ def dumps(value: Any) -> bytes:
         return orjson.dumps(value)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
         raise ValueError(str(exc)) from exc
+
+
+def encode_checked(value: Any, *, where: str = "payload") -> bytes:
+    """Compact JSON of ``value``, refusing what JSON cannot carry faithfully.
+
+    orjson already refuses non-string keys, integers over 64 bits and unknown types, but
+    writes NaN and infinity as ``null``: only output holding a ``null`` is walked for them,
+    so the common case costs one encode. Raises ValueError naming the path at fault.
+    """
+    try:
+        data = orjson.dumps(value)
+    except TypeError:
+        check_json_value(value, where=where)  # names the field at fault
+        raise ValueError(f"{where}: not JSON-serializable") from None
+    if b"null" in data:
+        check_json_value(value, where=where)
+    return data
 
 
 def canonical_json(value: Any) -> bytes:

@@ -39,5 +39,24 @@ def streams(url: str = typer.Argument("sqlite:///.contextfold/demo.db", help="Jo
             console.print(f"{info.stream}\t{info.version}")
 
 
+@app.command()
+def serve(
+    url: str = typer.Option("sqlite:///contextfold.db", help="Journal URL to serve."),
+    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
+    port: int = typer.Option(8765, help="TCP port to listen on."),
+    token: str | None = typer.Option(
+        None, envvar="CONTEXTFOLD_TOKEN", help="Require 'Authorization: Bearer <token>' on the API."
+    ),
+) -> None:
+    """Serve a journal over HTTP + SSE, with the web inspector at /."""
+    try:
+        from .server import serve as run_server
+    except ImportError as exc:  # the server extra is not installed: one line saying so
+        console.print(str(exc), style="red", markup=False)
+        raise typer.Exit(1) from None
+
+    run_server(url, host, port, token=token)
+
+
 def main() -> None:
     app()

@@ -9,8 +9,9 @@ top of the same object.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-import uuid
+import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,7 +56,7 @@ def _utc_now() -> datetime:
 
 
 def _new_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()  # 128 random bits, like uuid4, without building a UUID
 
 
 def store_from_url(url: str, **options: Any) -> Store:
@@ -189,8 +190,9 @@ class Journal:
                 if not isinstance(type_name, str) or not type_name:
                     raise InvalidInputError(f"events[{index}]: raw event type must be a non-empty str")
                 try:
-                    canonical.check_json_value(event.payload, where=f"events[{index}] ({type_name}) payload")
-                    data = canonical.dumps(event.payload)
+                    data = canonical.encode_checked(
+                        event.payload, where=f"events[{index}] ({type_name}) payload"
+                    )
                 except ValueError as exc:
                     raise PayloadError(str(exc)) from exc
             else:
@@ -323,10 +325,11 @@ class Journal:
         """A live tail: every event after ``after``, then each new one as it lands."""
         check_stream(stream)
         store = await self._ready()
-        async for event in store.subscribe(
-            self.namespace, stream, after=after, poll_interval=poll_interval
-        ):
-            yield event
+        tail = store.subscribe(self.namespace, stream, after=after, poll_interval=poll_interval)
+        # aclosing: closing this tail closes the store's at once (its listening connection).
+        async with contextlib.aclosing(tail):  # type: ignore[type-var]
+            async for event in tail:
+                yield event
 
 
     # -- folds --------------------------------------------------------------------------------

@@ -51,9 +51,10 @@ def _asked(message: NeutralMessage) -> list[str]:
 
 
 def _summary(request: NeutralRequest) -> str:
-    asked = [
-        q for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX) for q in _asked(m)
+    users = [
+        m for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX)
     ]
+    asked = [question for m in users for question in _asked(m)]
     tools = sum(1 for m in request.messages if m.role == "tool")
     lines = [f"{_SUMMARY_START} ({tools} tool results)."]
     lines += [f"{_ASKED}{json.dumps(q[:160])}" for q in asked][-6:]

@@ -235,14 +235,21 @@ class Agent:
 
     async def _retry(self, offset: int, report: RunReport) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
-        if context.request_offset == offset and context.header is None:
-            # Appended without any header snapshot (by hand, or another writer): it cannot
-            # be rendered or rebuilt. It was never sent; seal it and request anew, with
-            # this instance's header logged, so its triggers are still answered.
+        header = context.header if context.request_offset == offset else None
+        reason = ""
+        if header is None:
             reason = f"request @{offset} has no header snapshot and cannot be rendered"
-            await self.journal.append(
-                self.stream, LlmRequestInterrupted(request_offset=offset, reason=reason), actor="agent"
+        elif header.transport != self.model.transport:
+            reason = (
+                f"request @{offset} was recorded for the {header.transport} transport; "
+                f"this agent's model speaks {self.model.transport}"
             )
+        if reason:
+            # It cannot be re-sent byte for byte through this model (appended by hand without
+            # a header, or the agent's model changed since): seal it and request anew, with
+            # this instance's header logged, so its triggers are still answered.
+            sealed = LlmRequestInterrupted(request_offset=offset, reason=reason)
+            await self.journal.append(self.stream, sealed, actor="agent")
             report.interrupted.append(offset)
             await self._emit("interrupted", offset=offset, by=None)
             await self._request(context, Decision("request", reason), report)
@@ -311,8 +318,10 @@ class Agent:
 
     async def _watch_interrupts(self, offset: int) -> int:
         """Return the offset of the first ``interrupt`` item appended after request @offset."""
-        page = await self.journal.read(self.stream)
-        cursor = next((e.cursor for e in page.events if e.position == offset), None)
+        # The request is the stream's latest: start the tail at it, not by reading the whole
+        # stream on every request (a cursor of None tails from the start, skipping <= offset).
+        latest = await self.journal.latest(self.stream, [LlmRequestRequested])
+        cursor = latest[0].cursor if latest and latest[0].position == offset else None
         async for stored in self.journal.subscribe(self.stream, after=cursor, poll_interval=0.02):
             if stored.type != ContextAdded.event_type or stored.position <= offset:
                 continue
@@ -358,12 +367,22 @@ class Agent:
     async def _compact(self, offset: int, report: RunReport) -> None:
         """Summarize the exact request @offset (plus the instruction) through the same model;
         the summary replaces history through @offset."""
+        current = await self.journal.fold(AgentContext, self.stream)
+        if offset <= current.compacted_through:
+            return  # already summarized (the summary comes after the request it replaces)
         state = await rebuild_state(self.journal, self.stream, offset)
-        if offset <= state.compacted_through:
+        recorded_for = state.header.transport if state.header is not None else None
+        if recorded_for != self.model.transport:
+            # The exact request can only go through the model it was recorded for (and one
+            # without a header cannot be rendered): the next request, logged with this
+            # model's header, is measured and compacted instead.
+            log.warning(
+                "not compacting request @%s of %r: recorded for %s, the model speaks %s",
+                offset, self.stream, recorded_for, self.model.transport,
+            )
             return
         neutral = build_summary_request(state, through=offset)
-        assert state.header is not None
-        rendered = render_request(neutral, state.header.transport)
+        rendered = render_request(neutral, self.model.transport)
         await self._emit("compaction-start", offset=offset)
         output = await self.model.complete(neutral, rendered)
         usage = TokenUsage(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)

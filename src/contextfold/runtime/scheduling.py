@@ -104,7 +104,7 @@ class SchedulerState(BaseModel):
     halted: str | None = None
 
 
-Scheduler = Fold("scheduler", state=SchedulerState, version=1)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=1)
 
 
 @Scheduler.on(ContextAdded)

@@ -51,7 +51,7 @@ class Tool:
             annotation = hints.get(param.name, Any)
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, default)
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         doc = inspect.getdoc(fn) or ""

@@ -16,14 +16,15 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.errors import PipelineAborted
+from psycopg.rows import AsyncRowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import InvalidInputError, StoreError, StoreUnavailableError
 from ..events import EventMeta, NewEvent, StoredEvent
 from .base import (
     AppendResult,
@@ -37,6 +38,8 @@ from .base import (
 )
 
 __all__ = ["NOTIFY_CHANNEL", "PostgresStore"]
+
+R = TypeVar("R")
 
 NOTIFY_CHANNEL = "contextfold_events"
 """The LISTEN/NOTIFY channel; the payload is a hash of namespace and stream."""
@@ -157,9 +160,11 @@ class PostgresStore(Store):
         timeout: float = 30.0,
         poll_fallback: float = 2.0,
     ) -> None:
-        if not 0 <= min_size <= max_size or max_size < 1:
-            raise ValueError(
-                f"need 0 <= min_size <= max_size and max_size >= 1, got {min_size}, {max_size}"
+        if not 0 <= min_size <= max_size or max_size < 1 or min(timeout, poll_fallback) <= 0:
+            raise InvalidInputError(
+                "PostgresStore needs 0 <= min_size <= max_size, max_size >= 1 and positive "
+                f"timeout and poll_fallback; got {min_size=}, {max_size=}, {timeout=}, "
+                f"{poll_fallback=}"
             )
         self.url = url
         self._safe_url = _redact(url)
@@ -198,9 +203,11 @@ class PostgresStore(Store):
         except (psycopg.Error, OSError) as exc:
             self._fail(exc, doing)
 
-    async def _query(self, doing: str, sql: str, args: dict[str, Any]) -> list[tuple[Any, ...]]:
+    async def _query(
+        self, doing: str, sql: str, args: dict[str, Any], rows: AsyncRowFactory[R]
+    ) -> list[R]:
         async with self._connection(doing) as conn:
-            cur = conn.cursor(binary=True)
+            cur = conn.cursor(binary=True, row_factory=rows)
             await cur.execute(sql, args)
             return await cur.fetchall()
 
@@ -323,8 +330,8 @@ class PostgresStore(Store):
             "limit": None if limit is None else limit + 1,
         }
         async with self._connection(f"reading stream {stream!r}") as conn:
-            cur = conn.cursor(binary=True)
-            rows: list[tuple[Any, ...]] = []
+            cur = conn.cursor(binary=True, row_factory=_events_of(namespace, stream))
+            rows: list[StoredEvent | None] = []
             if target:
                 await cur.execute(_READ_AFTER.format(typed=typed), args)
                 rows = await cur.fetchall()
@@ -332,12 +339,12 @@ class PostgresStore(Store):
             if target == 0 or reset:
                 await cur.execute(_READ.format(typed=typed), args)
                 rows = await cur.fetchall()
-        if rows and rows[0][0] is None:  # a known cursor with nothing after it
+        if rows and rows[0] is None:  # a known cursor with nothing after it
             rows = []
         more = limit is not None and len(rows) > limit
         if more:
             del rows[limit:]
-        events = tuple([_event(namespace, stream, r) for r in rows])
+        events = cast(tuple[StoredEvent, ...], tuple(rows))  # no None is left
         cursor = events[-1].cursor if events else (None if reset else after)
         return ReadResult(events, cursor, reset=reset, more=more)
 
@@ -358,10 +365,11 @@ class PostgresStore(Store):
             sql += " AND global_position < %(bound)s"
         sql += " ORDER BY position DESC LIMIT %(limit)s"
         args = {"ns": namespace, "s": stream, "types": list(types), "bound": bound}
+        args["limit"] = max(limit, 0)
         rows = await self._query(
-            f"reading stream {stream!r}", sql, {**args, "limit": max(limit, 0)}
+            f"reading stream {stream!r}", sql, args, _events_of(namespace, stream)
         )
-        return tuple([_event(namespace, stream, r) for r in rows])
+        return cast(tuple[StoredEvent, ...], tuple(rows))
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -369,11 +377,12 @@ class PostgresStore(Store):
             return False
         sql = f"SELECT 1 FROM cf_events WHERE global_position = %(g)s AND {_WHERE}"
         args = {"g": target, "ns": namespace, "s": stream}
-        return bool(await self._query(f"reading stream {stream!r}", sql, args))
+        return bool(await self._query(f"reading stream {stream!r}", sql, args, tuple_row))
 
     async def version(self, namespace: str, stream: str) -> int:
         sql = f"SELECT version FROM cf_streams WHERE {_WHERE}"
-        rows = await self._query(f"reading stream {stream!r}", sql, {"ns": namespace, "s": stream})
+        args = {"ns": namespace, "s": stream}
+        rows = await self._query(f"reading stream {stream!r}", sql, args, tuple_row)
         return int(rows[0][0]) if rows else 0
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
@@ -399,7 +408,8 @@ class PostgresStore(Store):
             sql += " AND stream >= %(p)s AND starts_with(stream, %(p)s)"
         sql += " ORDER BY stream LIMIT %(limit)s"
         args = {"ns": namespace, "p": prefix, "limit": limit}
-        rows = await self._query(f"listing the streams of namespace {namespace!r}", sql, args)
+        doing = f"listing the streams of namespace {namespace!r}"
+        rows = await self._query(doing, sql, args, tuple_row)
         return tuple(StreamInfo(s, int(v)) for s, v in rows)
 
     def subscribe(
@@ -516,17 +526,18 @@ def _early_outcome(
     return None
 
 
-def _event(namespace: str, stream: str, row: tuple[Any, ...]) -> StoredEvent:
-    g, pos, typ, data, event_id, time, run_id, actor, idem, channels = row
-    return StoredEvent(
-        namespace,
-        stream,
-        pos,
-        g,
-        typ,
-        data,
-        EventMeta(event_id, time, run_id, actor, idem, tuple(channels)),
-    )
+def _events_of(namespace: str, stream: str) -> AsyncRowFactory[StoredEvent | None]:
+    """A row factory building the StoredEvents of one stream straight from the driver's rows.
+
+    The all-NULL row that ``_READ_AFTER`` returns for a known cursor becomes None.
+    """
+
+    def event(row: Sequence[Any]) -> StoredEvent | None:
+        if row[0] is None:
+            return None
+        return StoredEvent.from_row(namespace, stream, row)
+
+    return lambda cursor: event
 
 
 def _wake_key(namespace: str, stream: str) -> str:

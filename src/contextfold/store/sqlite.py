@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StoreError, StoreUnavailableError
-from ..events import EventMeta, NewEvent, StoredEvent
+from ..events import NewEvent, StoredEvent
 from .base import (
     AppendResult,
     ReadResult,
@@ -347,20 +347,4 @@ class SQLiteStore(Store):
 
 
 def _event(namespace: str, stream: str, row: tuple[Any, ...]) -> StoredEvent:
-    g, pos, typ, data, event_id, time, run_id, actor, idem, channels = row
-    return StoredEvent(
-        namespace,
-        stream,
-        pos,
-        g,
-        typ,
-        data if isinstance(data, bytes) else str(data).encode(),
-        EventMeta(
-            event_id,
-            time,
-            run_id,
-            actor,
-            idem,
-            tuple(channels.split(_CHANNEL_SEP)) if channels else (),
-        ),
-    )
+    return StoredEvent.from_row(namespace, stream, row)

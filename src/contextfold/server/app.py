@@ -1,0 +1,138 @@
+"""The HTTP + SSE server of a journal, and the web inspector page, as a Starlette app.
+
+Routes (JSON unless noted; the namespace is the ``X-Contextfold-Namespace`` header):
+
+    GET  /                                        the inspector page (HTML, no data in it)
+    GET  /v1/streams                              streams with their versions
+    POST /v1/streams/{stream}/events              append -> 201 (200: idempotent retry)
+    GET  /v1/streams/{stream}/events              a page: ?after=<cursor>&limit=
+    GET  /v1/streams/{stream}/context             the agent context, items with headers
+    GET  /v1/streams/{stream}/requests/{offset}   the exact rebuilt request body
+    GET  /v1/streams/{stream}/verify              recorded requests whose rebuild drifts
+    GET  /v1/streams/{stream}/tail                SSE: events as they land (resumable)
+    GET  /v1/sessions/{session}/transcript        transcript rows (with transcript=)
+    GET  /v1/sessions/{session}/live              SSE of the transcript bus (with bus=)
+
+Errors are JSON ``{"error": {"type", "message"}}`` (see :mod:`.errors`); no failed request
+writes anything. The app never opens or closes the journal it is given: its owner does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+
+from ..errors import ContextfoldError
+from ..journal import Journal
+from ..transcript.bus import TranscriptBus
+from ..transcript.persist import TranscriptStore
+from .auth import BearerAuth
+from .body import DEFAULT_MAX_BODY_BYTES
+from .errors import handle_exception
+from .sessions import SessionRoutes
+from .sse import DEFAULT_HEARTBEAT
+from .streams import StreamRoutes
+
+__all__ = ["DEFAULT_TAIL_POLL_INTERVAL", "INSPECTOR_CSP", "create_app"]
+
+DEFAULT_TAIL_POLL_INTERVAL = 0.25
+"""Seconds between polls of a live tail for appends by other processes (this process's
+own appends wake tails at once)."""
+
+INSPECTOR_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+"""The inspector's content security policy: no inline script, no third-party origin, so
+even markup slipping into the page could not run."""
+
+_STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/inspector.js": ("inspector.js", "text/javascript; charset=utf-8"),
+    "/inspector.css": ("inspector.css", "text/css; charset=utf-8"),
+}
+
+
+def create_app(
+    journal: Journal,
+    *,
+    transcript: TranscriptStore | None = None,
+    bus: TranscriptBus | None = None,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    heartbeat: float = DEFAULT_HEARTBEAT,
+    tail_poll_interval: float = DEFAULT_TAIL_POLL_INTERVAL,
+    allowed_hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The server app over ``journal`` (and optionally a transcript store and bus).
+
+    ``token``: require ``Authorization: Bearer <token>`` on every ``/v1/`` route.
+    ``max_body_bytes``: larger request bodies get 413 before they are read in full.
+    ``heartbeat``: seconds of SSE silence before a comment keeps the stream open.
+    ``allowed_hosts``: accepted ``Host`` headers (e.g. loopback names, against DNS
+    rebinding); any host when None. Raises ValueError for an empty token or a bad limit.
+    """
+    if token is not None and not token:
+        raise ValueError("token must be a non-empty str, or None for no authentication")
+    if (
+        isinstance(max_body_bytes, bool)
+        or not isinstance(max_body_bytes, int)
+        or max_body_bytes <= 0
+    ):
+        raise ValueError(f"max_body_bytes must be a positive int, got {max_body_bytes!r}")
+    streams = StreamRoutes(
+        journal,
+        max_body_bytes=max_body_bytes,
+        heartbeat=heartbeat,
+        poll_interval=tail_poll_interval,
+    )
+    sessions = SessionRoutes(
+        transcript, bus, default_namespace=journal.namespace, heartbeat=heartbeat
+    )
+    routes: list[BaseRoute] = [*streams.routes(), *sessions.routes(), *_inspector_routes()]
+    middleware: list[Middleware] = []
+    if allowed_hosts is not None:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    if token is not None:
+        middleware.append(Middleware(BearerAuth, token=token))
+    return Starlette(
+        routes=routes,
+        middleware=middleware,
+        exception_handlers={
+            HTTPException: handle_exception,
+            ContextfoldError: handle_exception,
+            Exception: handle_exception,
+        },
+    )
+
+
+def _inspector_routes() -> list[BaseRoute]:
+    folder = resources.files(__package__ or "contextfold.server") / "inspector"
+    routes: list[BaseRoute] = []
+    for path, (name, media_type) in _STATIC.items():
+        content = (folder / name).read_bytes()
+
+        async def static(
+            request: Request, content: bytes = content, media_type: str = media_type
+        ) -> Response:
+            return Response(
+                content,
+                media_type=media_type,
+                headers={
+                    "Content-Security-Policy": INSPECTOR_CSP,
+                    "X-Content-Type-Options": "nosniff",
+                    "Referrer-Policy": "no-referrer",
+                    "Cache-Control": "no-cache",
+                },
+            )
+
+        routes.append(Route(path, static, methods=["GET"]))
+    return routes

@@ -1,0 +1,187 @@
+"""Request bodies and query values: read within a size limit, parsed strictly.
+
+Parsing happens before anything is written, so a malformed request never stores a
+thing: the body must be one JSON object with only the documented fields, and an event
+of a type this process knows (``contextfold.agent/context-added``, …) must validate
+against its Event class; it is still stored exactly as sent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+
+from ..errors import InvalidInputError, PayloadError, UnknownEventTypeError
+from ..events import Event, RawEvent, event_class
+from .errors import BodyTooLargeError, RequestBodyError, UnsupportedMediaTypeError
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "NAMESPACE_HEADER",
+    "AppendRequest",
+    "parse_append",
+    "query_int",
+    "read_json",
+    "request_namespace",
+]
+
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+
+_APPEND_FIELDS = frozenset({"events", "expected_version", "idempotency_key", "run_id", "actor"})
+_EVENT_FIELDS = frozenset({"type", "payload"})
+_MAX_TYPE_NAME = 200
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """A parsed ``POST …/events`` body."""
+
+    events: tuple[RawEvent, ...]
+    expected_version: int | None = None
+    idempotency_key: str | None = None
+    run_id: str | None = None
+    actor: str | None = None
+
+
+async def read_json(request: Request, *, max_bytes: int) -> Any:
+    """The request body parsed as JSON. Raises UnsupportedMediaTypeError unless the content
+    type is JSON, BodyTooLargeError past ``max_bytes`` (without reading further), and
+    RequestBodyError for a body that is not JSON."""
+    media_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    # Requiring JSON also makes browsers preflight cross-site posts, which this server
+    # never approves: a web page cannot append to a local journal behind the user's back.
+    if media_type != "application/json":
+        raise UnsupportedMediaTypeError(
+            f"the body must be sent as Content-Type: application/json, not {media_type or 'none'!r}"
+        )
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise BodyTooLargeError(_too_large(int(declared), max_bytes))
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise BodyTooLargeError(_too_large(size, max_bytes))
+        chunks.append(chunk)
+    try:
+        return orjson.loads(b"".join(chunks))
+    except orjson.JSONDecodeError as exc:
+        raise RequestBodyError(f"the body is not valid JSON: {exc}") from None
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"the body is {size} bytes or more, over the server's limit of {limit}: "
+        "split the events over several appends"
+    )
+
+
+def parse_append(body: Any) -> AppendRequest:
+    """The append request in ``body``. Raises RequestBodyError naming the field at fault,
+    PayloadError for a payload its registered Event class rejects."""
+    fields = _object(body, "the body", _APPEND_FIELDS)
+    raw_events = fields.get("events")
+    if not isinstance(raw_events, list) or not raw_events:
+        raise RequestBodyError('"events" must be a non-empty list of {"type", "payload"} objects')
+    events = tuple(_event(index, item) for index, item in enumerate(raw_events))
+    expected = fields.get("expected_version")
+    if expected is not None and (
+        isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+    ):
+        raise RequestBodyError(f'"expected_version" must be an int >= 0, got {expected!r}')
+    strings = {}
+    for name in ("idempotency_key", "run_id", "actor"):
+        value = fields.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise RequestBodyError(f'"{name}" must be a non-empty string, got {value!r}')
+        strings[name] = value
+    return AppendRequest(events, expected, **strings)
+
+
+def _object(value: Any, where: str, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise RequestBodyError(f"{where} must be a JSON object, got {_json_kind(value)}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise RequestBodyError(
+            f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(sorted(allowed))}"
+        )
+    return value
+
+
+def _event(index: int, item: Any) -> RawEvent:
+    where = f"events[{index}]"
+    fields = _object(item, where, _EVENT_FIELDS)
+    type_name = fields.get("type")
+    if not isinstance(type_name, str) or not type_name:
+        raise RequestBodyError(f'{where}."type" must be a non-empty string, got {type_name!r}')
+    # The journal takes any raw type name; over HTTP keep Event's bounds (and no control
+    # characters), so every type a client can write is one a Python Event could declare.
+    if len(type_name) > _MAX_TYPE_NAME or any(ord(ch) < 32 or ord(ch) == 127 for ch in type_name):
+        raise RequestBodyError(
+            f'{where}."type" {type_name[:40]!r} must be 1-{_MAX_TYPE_NAME} characters '
+            "without control characters"
+        )
+    if "payload" not in fields:
+        raise RequestBodyError(f'{where} has no "payload" (send {{}} for an empty one)')
+    payload = fields["payload"]
+    cls: type[Event] | None
+    try:
+        cls = event_class(type_name)
+    except UnknownEventTypeError:
+        cls = None  # a type of the user's own, unknown here: stored as sent
+    if cls is not None:
+        try:
+            cls.model_validate(payload)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(part) for part in first["loc"]) or "payload"
+            raise PayloadError(
+                f"{where} ({type_name}): {loc}: {first['msg']}; nothing was written"
+            ) from None
+    return RawEvent(type_name, payload)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(
+        type(value), "a number"
+    )
+
+
+def query_int(request: Request, name: str, *, default: int, low: int, high: int) -> int:
+    """The integer query parameter ``name`` within ``low..high``; InvalidInputError otherwise."""
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isascii() or not raw.isdigit() or not low <= int(raw) <= high:
+        raise InvalidInputError(
+            f"query parameter {name}={raw!r} must be an int from {low} to {high}"
+        )
+    return int(raw)
+
+
+NAMESPACE_HEADER = "x-contextfold-namespace"
+
+
+def request_namespace(request: Request, default: str) -> str:
+    """The namespace of a request: the ``X-Contextfold-Namespace`` header, else the
+    ``namespace`` query parameter (an ``EventSource`` cannot send headers), else ``default``.
+    Raises InvalidInputError when both are given and differ."""
+    header = request.headers.get(NAMESPACE_HEADER)
+    query = request.query_params.get("namespace")
+    if header is not None and query is not None and header != query:
+        raise InvalidInputError(
+            f"the namespace header says {header!r} and the namespace query parameter "
+            f"{query!r}: send one of them"
+        )
+    chosen = header if header is not None else query
+    return default if chosen is None else chosen

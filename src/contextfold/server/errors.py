@@ -1,0 +1,112 @@
+"""HTTP errors: contextfold's error tree mapped to status codes and JSON bodies, in one place.
+
+Every error response of the server, from a route, the auth check or the router, is built
+by :func:`error_response`: ``{"error": {"type": <class name>, "message": <text>}}`` with
+the status of the first matching entry of :data:`STATUS`. The server's own errors are
+subclasses of the tree, so a Python caller catching ``InvalidInputError`` catches them too.
+
+    ContextfoldError
+    ├── AuthenticationError          401  token configured, missing or wrong
+    ├── NotFoundError                404  unknown route, or a surface this server lacks
+    ├── RebuildError                 404  the offset is no recorded request
+    ├── StoreError
+    │   ├── ConflictError            409  wrong expected version, idempotency key reuse
+    │   └── StoreUnavailableError    503
+    └── InvalidInputError            400  bad names, payloads, query values
+        ├── RequestBodyError         400  not JSON, unknown or missing fields
+        ├── BodyTooLargeError        413
+        └── UnsupportedMediaTypeError 415
+"""
+
+from __future__ import annotations
+
+import logging
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ..errors import (
+    ConflictError,
+    ContextfoldError,
+    InvalidInputError,
+    RebuildError,
+    StoreUnavailableError,
+)
+
+__all__ = [
+    "STATUS",
+    "AuthenticationError",
+    "BodyTooLargeError",
+    "NotFoundError",
+    "RequestBodyError",
+    "UnsupportedMediaTypeError",
+    "error_body",
+    "error_response",
+    "handle_exception",
+]
+
+logger = logging.getLogger("contextfold.server")
+
+
+class AuthenticationError(ContextfoldError):
+    """The server has a token and the request's ``Authorization: Bearer`` is missing or wrong."""
+
+
+class NotFoundError(ContextfoldError, LookupError):
+    """No such route, or the server was started without the surface asked for."""
+
+
+class RequestBodyError(InvalidInputError):
+    """The request body is not a JSON object of the documented shape (names the field)."""
+
+
+class BodyTooLargeError(InvalidInputError):
+    """The request body is over the server's size limit; nothing was read past it."""
+
+
+class UnsupportedMediaTypeError(InvalidInputError):
+    """A request body was sent with another content type than ``application/json``."""
+
+
+STATUS: tuple[tuple[type[BaseException], int], ...] = (
+    (AuthenticationError, 401),
+    (NotFoundError, 404),
+    (RebuildError, 404),
+    (ConflictError, 409),
+    (BodyTooLargeError, 413),
+    (UnsupportedMediaTypeError, 415),
+    (InvalidInputError, 400),
+    (StoreUnavailableError, 503),
+    (ContextfoldError, 500),
+)
+"""Status of each error class; the first entry the error is an instance of wins."""
+
+_HTTP_TYPES = {404: "NotFoundError", 405: "MethodNotAllowedError"}
+
+
+def error_body(exc: BaseException) -> tuple[int, dict[str, dict[str, str]]]:
+    """The status and JSON body for ``exc`` (500 ``InternalError`` for anything unexpected)."""
+    if isinstance(exc, HTTPException):
+        kind = _HTTP_TYPES.get(exc.status_code, "HTTPError")
+        return exc.status_code, {"error": {"type": kind, "message": str(exc.detail)}}
+    for cls, status in STATUS:
+        if isinstance(exc, cls):
+            return status, {"error": {"type": type(exc).__name__, "message": str(exc)}}
+    return 500, {"error": {"type": "InternalError", "message": "internal server error"}}
+
+
+def error_response(exc: BaseException) -> Response:
+    """The JSON error response for ``exc``."""
+    status, body = error_body(exc)
+    headers = {"WWW-Authenticate": 'Bearer realm="contextfold"'} if status == 401 else None
+    if isinstance(exc, HTTPException) and exc.headers:
+        headers = {**(headers or {}), **exc.headers}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def handle_exception(request: Request, exc: Exception) -> Response:
+    """Starlette exception handler: every error a route raises goes through here."""
+    if error_body(exc)[0] >= 500:
+        logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(exc)

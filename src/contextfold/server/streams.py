@@ -1,0 +1,153 @@
+"""The journal routes: streams, events, the agent context, rebuilt requests, the live tail.
+
+Every route works in the request's namespace (see :func:`.body.request_namespace`) and
+raises contextfold errors; :mod:`.errors` turns them into responses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .. import canonical
+from ..context.projection import AgentContext
+from ..context.rebuild import verify_requests
+from ..journal import Journal
+from ..store.base import check_stream
+from .body import parse_append, query_int, read_json, request_namespace
+from .encode import (
+    append_json,
+    context_json,
+    drifts_json,
+    event_json,
+    page_json,
+    streams_json,
+)
+from .sse import EventStreamResponse, SSEMessage, aclose_iterator
+
+__all__ = ["MAX_PAGE", "SHA256_HEADER", "StreamRoutes"]
+
+MAX_PAGE = 1000
+SHA256_HEADER = "X-Contextfold-Sha256"
+
+
+class StreamRoutes:
+    """The ``/v1/streams`` routes over one journal (any namespace of it)."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        max_body_bytes: int,
+        heartbeat: float,
+        poll_interval: float,
+    ) -> None:
+        self.journal = journal
+        self.max_body_bytes = max_body_bytes
+        self.heartbeat = heartbeat
+        self.poll_interval = poll_interval
+
+    def routes(self) -> list[Route]:
+        base = "/v1/streams"
+        return [
+            Route(base, self.list_streams, methods=["GET"]),
+            Route(base + "/{stream:path}/events", self.read, methods=["GET"]),
+            Route(base + "/{stream:path}/events", self.append, methods=["POST"]),
+            Route(base + "/{stream:path}/context", self.context, methods=["GET"]),
+            Route(base + "/{stream:path}/requests/{offset:int}", self.request, methods=["GET"]),
+            Route(base + "/{stream:path}/verify", self.verify, methods=["GET"]),
+            Route(base + "/{stream:path}/tail", self.tail, methods=["GET"]),
+        ]
+
+    def _scope(self, request: Request) -> tuple[Journal, str | None]:
+        namespace = request_namespace(request, self.journal.namespace)
+        journal = (
+            self.journal
+            if namespace == self.journal.namespace
+            else self.journal.with_namespace(namespace)
+        )
+        stream = request.path_params.get("stream")
+        return journal, check_stream(stream) if stream is not None else None
+
+    def _stream(self, request: Request) -> tuple[Journal, str]:
+        journal, stream = self._scope(request)
+        assert stream is not None  # every route calling this has {stream} in its path
+        return journal, stream
+
+    async def list_streams(self, request: Request) -> Response:
+        """``GET /v1/streams?prefix=&limit=``: streams of the namespace with their versions."""
+        journal, _ = self._scope(request)
+        limit = query_int(request, "limit", default=MAX_PAGE, low=1, high=MAX_PAGE)
+        prefix = request.query_params.get("prefix") or None
+        return JSONResponse(streams_json(await journal.list_streams(prefix=prefix, limit=limit)))
+
+    async def append(self, request: Request) -> Response:
+        """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""
+        journal, stream = self._stream(request)
+        body = parse_append(await read_json(request, max_bytes=self.max_body_bytes))
+        result = await journal.append(
+            stream,
+            body.events,
+            expected_version=body.expected_version,
+            idempotency_key=body.idempotency_key,
+            run_id=body.run_id,
+            actor=body.actor,
+        )
+        return JSONResponse(append_json(result), status_code=200 if result.deduplicated else 201)
+
+    async def read(self, request: Request) -> Response:
+        """``GET …/events?after=&limit=``: a page of events, oldest first."""
+        journal, stream = self._stream(request)
+        limit = query_int(request, "limit", default=100, low=1, high=MAX_PAGE)
+        after = request.query_params.get("after") or None
+        return JSONResponse(page_json(stream, await journal.read(stream, after=after, limit=limit)))
+
+    async def context(self, request: Request) -> Response:
+        """``GET …/context``: the agent context fold of the stream, with item headers."""
+        journal, stream = self._stream(request)
+        state = await journal.fold(AgentContext, stream)
+        version = await journal.version(stream)
+        return JSONResponse(context_json(stream, version, state))
+
+    async def request(self, request: Request) -> Response:
+        """``GET …/requests/{offset}``: the exact body of request @offset, rebuilt."""
+        journal, stream = self._stream(request)
+        rendered = await journal.rebuild_request(stream, request.path_params["offset"])
+        return Response(
+            rendered.body,
+            media_type="application/json",
+            headers={SHA256_HEADER: rendered.sha256, "X-Contextfold-Transport": rendered.transport},
+        )
+
+    async def verify(self, request: Request) -> Response:
+        """``GET …/verify``: every recorded request whose rebuild differs."""
+        journal, stream = self._stream(request)
+        return JSONResponse(drifts_json(stream, await verify_requests(journal, stream)))
+
+    async def tail(self, request: Request) -> Response:
+        """``GET …/tail?after=``: SSE of the stream's events from ``after`` on, live.
+
+        Each event's ``id:`` is its cursor, so a reconnecting ``EventSource`` resumes
+        after the last event it got (``Last-Event-ID`` wins over ``after``). When the
+        cursor names no event of the stream, an ``event: reset`` frame comes first and
+        the tail starts from the beginning of the stream, like a read.
+        """
+        journal, stream = self._stream(request)
+        after = request.headers.get("last-event-id") or request.query_params.get("after") or None
+        reset = after is not None and not await journal.contains(stream, after)
+
+        async def frames() -> AsyncIterator[SSEMessage]:
+            if reset:
+                data = canonical.dumps({"stream": stream, "after": after}).decode()
+                yield SSEMessage(data, event="reset")
+            live = journal.subscribe(stream, after=after, poll_interval=self.poll_interval)
+            try:
+                async for event in live:
+                    yield SSEMessage(canonical.dumps(event_json(event)).decode(), id=event.cursor)
+            finally:
+                await aclose_iterator(live)
+
+        return EventStreamResponse(frames(), heartbeat=self.heartbeat)

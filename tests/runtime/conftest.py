@@ -1,0 +1,16 @@
+"""Fixtures of the runtime tests: a fresh in-memory journal with a deterministic clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from runtime_helpers import fixed_clock
+
+from contextfold.journal import Journal, open_journal
+
+
+@pytest.fixture
+async def journal() -> AsyncIterator[Journal]:
+    async with open_journal("memory://", clock=fixed_clock()) as opened:
+        yield opened

@@ -1,0 +1,248 @@
+"""A loopback HTTP server speaking just enough of the OpenAI Chat Completions and Anthropic
+Messages protocols for end-to-end tests through the official SDKs.
+
+It records every request (path, raw body bytes, parsed JSON) and answers each one with the
+next scripted reply: a list of server-sent event payloads (a stream) or a JSON object.
+Helpers build the streamed chunks of a tool call and of text for both protocols.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "Loopback",
+    "Received",
+    "anthropic_text_stream",
+    "anthropic_tool_stream",
+    "loopback",
+    "openai_text_stream",
+    "openai_tool_stream",
+]
+
+
+@dataclass(frozen=True)
+class Received:
+    path: str
+    raw: bytes
+    body: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Stream:
+    events: list[tuple[str | None, Any]]  # (SSE event name, data: JSON value or a raw str)
+
+
+class Loopback(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, replies: list[Any]) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.received: list[Received] = []
+        self.replies = list(replies)
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def next_reply(self) -> Any:
+        with self.lock:
+            if not self.replies:
+                return None
+            return self.replies.pop(0)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Loopback
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        raw = self.rfile.read(length)
+        self.server.received.append(Received(self.path, raw, json.loads(raw)))
+        reply = self.server.next_reply()
+        if reply is None:
+            self.send_error(500, "no scripted reply left")
+            return
+        if isinstance(reply, _Stream):
+            data = "".join(
+                (f"event: {name}\n" if name else "")
+                + f"data: {value if isinstance(value, str) else json.dumps(value)}\n\n"
+                for name, value in reply.events
+            ).encode()
+            content_type = "text/event-stream"
+        else:
+            data = json.dumps(reply).encode()
+            content_type = "application/json"
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+
+@contextmanager
+def loopback(replies: list[Any]) -> Iterator[Loopback]:
+    """Serve ``replies`` (one per request, in order) on 127.0.0.1 on a free port."""
+    server = Loopback(replies)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+# -- OpenAI Chat Completions streams ----------------------------------------------------------
+
+_CHUNK = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion.chunk",
+    "created": 0,
+    "model": "gpt-4o-mini",
+}
+
+
+def _chat(choices: list[dict[str, Any]], **extra: Any) -> tuple[None, dict[str, Any]]:
+    return (None, {**_CHUNK, "choices": choices, **extra})
+
+
+def _chat_end(finish: str, usage: tuple[int, int]) -> list[tuple[str | None, Any]]:
+    prompt, completion = usage
+    return [
+        _chat([{"index": 0, "delta": {}, "finish_reason": finish}]),
+        _chat(
+            [],
+            usage={
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        ),
+        (None, "[DONE]"),
+    ]
+
+
+def openai_tool_stream(
+    call_id: str, name: str, arguments: str, *, pieces: int = 3, usage: tuple[int, int] = (50, 9)
+) -> _Stream:
+    """A streamed tool call: the id and name first, then the arguments in ``pieces``."""
+    size = max(1, -(-len(arguments) // pieces))
+    first = {
+        "index": 0,
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name, "arguments": ""},
+    }
+    events = [
+        _chat(
+            [
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": None, "tool_calls": [first]},
+                    "finish_reason": None,
+                }
+            ]
+        )
+    ]
+    for i in range(0, len(arguments), size):
+        fragment = {"index": 0, "function": {"arguments": arguments[i : i + size]}}
+        events.append(
+            _chat([{"index": 0, "delta": {"tool_calls": [fragment]}, "finish_reason": None}])
+        )
+    return _Stream(events + _chat_end("tool_calls", usage))
+
+
+def openai_text_stream(pieces: list[str], *, usage: tuple[int, int] = (80, 12)) -> _Stream:
+    """Streamed text, one chunk per piece."""
+    events = [
+        _chat([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+    ]
+    events += [
+        _chat([{"index": 0, "delta": {"content": piece}, "finish_reason": None}])
+        for piece in pieces
+    ]
+    return _Stream(events + _chat_end("stop", usage))
+
+
+# -- Anthropic Messages streams ---------------------------------------------------------------
+
+
+def _message_start(input_tokens: int) -> tuple[str, dict[str, Any]]:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+    }
+    return ("message_start", {"type": "message_start", "message": message})
+
+
+def _anthropic_end(stop: str, output_tokens: int) -> list[tuple[str | None, Any]]:
+    return [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+
+
+def anthropic_tool_stream(
+    call_id: str, name: str, arguments: str, *, pieces: int = 3, input_tokens: int = 50
+) -> _Stream:
+    """A streamed tool_use block with its input JSON in ``pieces`` partial_json deltas."""
+    size = max(1, -(-len(arguments) // pieces))
+    block = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+    events: list[tuple[str | None, Any]] = [
+        _message_start(input_tokens),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+    ]
+    for i in range(0, len(arguments), size):
+        delta = {"type": "input_json_delta", "partial_json": arguments[i : i + size]}
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    return _Stream(events + _anthropic_end("tool_use", 9))
+
+
+def anthropic_text_stream(pieces: list[str], *, input_tokens: int = 80) -> _Stream:
+    block = {"type": "text", "text": ""}
+    events: list[tuple[str | None, Any]] = [
+        _message_start(input_tokens),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": block},
+        ),
+    ]
+    for piece in pieces:
+        delta = {"type": "text_delta", "text": piece}
+        events.append(
+            ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
+        )
+    events.append(("content_block_stop", {"type": "content_block_stop", "index": 0}))
+    return _Stream(events + _anthropic_end("end_turn", 12))

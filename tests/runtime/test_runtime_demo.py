@@ -1,0 +1,73 @@
+"""``python -m contextfold demo`` runs offline with the local deterministic model."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from contextfold.context.rebuild import verify_requests
+from contextfold.journal import open_journal
+
+
+def run_demo(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+    env["COLUMNS"] = "200"  # rich wraps at the terminal width; keep lines whole
+    return subprocess.run(
+        [sys.executable, "-m", "contextfold", "demo", "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=db.parent,
+        timeout=180,
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db = tmp_path_factory.mktemp("demo") / "demo.db"
+    done = run_demo(db)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return db, " ".join(done.stdout.split())
+
+
+def test_demo_runs_offline_and_says_what_it_shows(demo: tuple[Path, str]) -> None:
+    db, out = demo
+    assert "local deterministic model" in out
+    assert "before the system prompt: status queued" in out
+    assert re.search(r"compaction summary replaces history through @\d+", out)
+    assert "rebuild byte for byte" in out
+    assert "did NOT rebuild" not in out
+    assert str(db.resolve()) in out
+    assert db.is_file()
+
+
+def test_demo_answers_every_question_even_across_compaction(demo: tuple[Path, str]) -> None:
+    _, out = demo
+    for question in (
+        "Where are the rates defined?",
+        "How is an invoice total computed?",
+        "What happens with an unknown plan?",
+        "How do deploys work?",
+    ):
+        assert f'answer Answer to "{question}"' in out, question
+    assert "I am ready" not in out
+
+
+async def test_demo_journal_verifies(demo: tuple[Path, str]) -> None:
+    db, _ = demo
+    async with open_journal(f"sqlite:///{db}") as journal:
+        streams = [info.stream for info in await journal.list_streams()]
+        assert "demo/coding-session" in streams
+        assert await verify_requests(journal, "demo/coding-session") == ()
+
+
+def test_demo_again_on_the_same_file(demo: tuple[Path, str]) -> None:
+    db, _ = demo
+    again = run_demo(db, "--no-fresh")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "rebuild byte for byte" in " ".join(again.stdout.split())

@@ -1,0 +1,173 @@
+"""End to end through the official SDKs against a loopback server, streaming: the server gets
+exactly the recorded bytes, deltas reach the observer, tools run, requests verify."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from loopback import (
+    anthropic_text_stream,
+    anthropic_tool_stream,
+    loopback,
+    openai_text_stream,
+    openai_tool_stream,
+)
+from runtime_helpers import STREAM, Observer, events_of, recorded_of, user
+
+from contextfold.canonical import canonical_json, dumps, sha256_hex
+from contextfold.context.events import (
+    ContextAdded,
+    LlmResponse,
+    ModelToolCall,
+    ToolCallResult,
+)
+from contextfold.context.rebuild import rebuild_request, verify_requests
+from contextfold.journal import Journal
+from contextfold.runtime.loop import Agent, system_prompt
+from contextfold.runtime.models import AnthropicModel, OpenAIChatModel
+
+
+def get_weather(city: str) -> str:
+    """The current weather in a city."""
+    return f"sunny in {city}"
+
+
+ARGUMENTS = '{"city": "Paris"}'
+ANSWER = ["It is ", "sunny ", "in Paris."]
+
+
+def in_order_of(value: Any, template: Any) -> Any:
+    """``value`` with every object's keys in ``template``'s order (the SDK serializes our
+    dict with its own key order; the content must be the same)."""
+    if isinstance(template, dict):
+        assert isinstance(value, dict) and list(sorted(value)) == list(sorted(template))
+        return {key: in_order_of(value[key], template[key]) for key in template}
+    if isinstance(template, list):
+        assert isinstance(value, list) and len(value) == len(template)
+        return [in_order_of(v, t) for v, t in zip(value, template, strict=True)]
+    return value
+
+
+async def check_wire(journal: Journal, observer: Observer, received: list[Any]) -> None:
+    """The server received exactly the bodies we recorded, request by request."""
+    recorded = await recorded_of(journal, STREAM)
+    offsets = sorted(observer.sent)
+    assert len(received) == len(offsets)
+    for offset, got in zip(offsets, received, strict=True):
+        [rendered] = observer.sent[offset]
+        ours = json.loads(rendered.body)
+        # The SDK re-serializes our dict: the JSON must be equal, field for field...
+        assert got.body == ours
+        assert canonical_json(got.body) == canonical_json(ours)
+        # ...so the received JSON, written back in our key order, is our exact bytes, and
+        # their hash is the one the journal recorded for the request.
+        assert dumps(in_order_of(got.body, ours)) == rendered.body
+        assert sha256_hex(dumps(in_order_of(got.body, ours))) == rendered.sha256
+        assert recorded[offset] == [rendered.sha256]
+        assert (await rebuild_request(journal, STREAM, offset)).sha256 == rendered.sha256
+    assert await verify_requests(journal, STREAM) == ()
+
+
+async def assistant_items(journal: Journal) -> list[ContextAdded]:
+    return [e for _, e in await events_of(journal, STREAM, ContextAdded) if e.role == "assistant"]
+
+
+async def test_openai_chat_streaming_tool_call_then_text(journal: Journal) -> None:
+    replies = [openai_tool_stream("call_1", "get_weather", ARGUMENTS), openai_text_stream(ANSWER)]
+    observer = Observer()
+    with loopback(replies) as server:
+        model = OpenAIChatModel("gpt-4o-mini", base_url=f"{server.base_url}/v1", api_key="test")
+        try:
+            await journal.append(STREAM, system_prompt("You answer weather questions."))
+            await journal.append(STREAM, user("What is the weather in Paris?"))
+            agent = Agent(
+                journal,
+                STREAM,
+                model,
+                tools=[get_weather],
+                stream_responses=True,
+                observer=observer,
+            )
+            report = await agent.run_until_idle()
+        finally:
+            await model.client.close()
+    assert report.status == "idle" and report.tool_calls == 1 and len(report.requests) == 2
+    assert [r.path for r in server.received] == ["/v1/chat/completions"] * 2
+    first, second = (r.body for r in server.received)
+    assert first["stream"] is True and first["stream_options"] == {"include_usage": True}
+    assert first["tools"][0]["function"]["name"] == "get_weather"
+    assert first["messages"][-2]["content"].endswith("What is the weather in Paris?")
+    await check_wire(journal, observer, server.received)
+
+    # The streamed call was assembled from its fragments and the tool ran.
+    responses = [e for _, e in await events_of(journal, STREAM, LlmResponse)]
+    assert responses[0].tool_calls == (
+        ModelToolCall(id="call_1", name="get_weather", arguments=ARGUMENTS),
+    )
+    assert responses[0].stop_reason == "tool_calls"
+    assert responses[0].usage is not None and responses[0].usage.input_tokens == 50
+    [result] = [e for _, e in await events_of(journal, STREAM, ToolCallResult)]
+    assert (result.tool_call_id, result.content) == ("call_1", "sunny in Paris")
+    calls = [m for m in second["messages"] if m.get("tool_calls")]
+    assert calls[0]["tool_calls"][0]["id"] == "call_1"
+    tool_messages = [m for m in second["messages"] if m["role"] == "tool"]
+    assert tool_messages == [
+        {"role": "tool", "tool_call_id": "call_1", "content": tool_messages[0]["content"]}
+    ]
+    assert tool_messages[0]["content"].endswith("\nsunny in Paris")
+
+    # The text deltas reached the observer, in order, for the second request.
+    deltas = observer.of("delta")
+    assert [d["text"] for d in deltas] == ANSWER
+    assert {d["offset"] for d in deltas} == {report.requests[1]}
+    assert {d["kind"] for d in deltas} == {"text"}
+    # The final answer is in the journal.
+    final = (await assistant_items(journal))[-1]
+    assert final.content == "".join(ANSWER)
+    assert final.llm_request_offset == report.requests[1]
+    assert responses[1].usage is not None and responses[1].usage.input_tokens == 80
+
+
+async def test_anthropic_streaming_tool_call_then_text(journal: Journal) -> None:
+    replies = [
+        anthropic_tool_stream("toolu_1", "get_weather", ARGUMENTS),
+        anthropic_text_stream(ANSWER),
+    ]
+    observer = Observer()
+    with loopback(replies) as server:
+        model = AnthropicModel("claude-3-5-haiku-latest", base_url=server.base_url, api_key="test")
+        try:
+            await journal.append(STREAM, system_prompt("You answer weather questions."))
+            await journal.append(STREAM, user("Weather in Paris?"))
+            report = await Agent(
+                journal,
+                STREAM,
+                model,
+                tools=[get_weather],
+                stream_responses=True,
+                observer=observer,
+                max_tokens=256,
+            ).run_until_idle()
+        finally:
+            await model.client.close()
+    assert report.tool_calls == 1 and len(report.requests) == 2
+    assert [r.path for r in server.received] == ["/v1/messages"] * 2
+    first, second = (r.body for r in server.received)
+    assert first["stream"] is True and first["max_tokens"] == 256
+    assert isinstance(first["system"], list) and first["messages"][-1]["role"] == "user"
+    await check_wire(journal, observer, server.received)
+    [result] = [e for _, e in await events_of(journal, STREAM, ToolCallResult)]
+    assert (result.tool_call_id, result.content) == ("toolu_1", "sunny in Paris")
+    uses = [
+        block
+        for m in second["messages"]
+        if m["role"] == "assistant" and isinstance(m["content"], list)
+        for block in m["content"]
+        if block["type"] == "tool_use"
+    ]
+    assert [(u["id"], u["name"], u["input"]) for u in uses] == [
+        ("toolu_1", "get_weather", {"city": "Paris"})
+    ]
+    assert [d["text"] for d in observer.of("delta")] == ANSWER
+    assert (await assistant_items(journal))[-1].content == "".join(ANSWER)
