@@ -140,3 +140,19 @@ def test_usage_and_compaction_meta() -> None:
         CompactionMeta(replaces_history_through=0)
     with pytest.raises(ValidationError):
         TokenUsage(input_tokens=-1)
+
+
+def test_an_empty_session_prefix_adds_no_header_field() -> None:
+    from contextfold.context.events import LlmRequestRequested, PrefixMessage, RequestHeader
+
+    bare = RequestHeader(transport="anthropic", model="m")
+    with_prefix = bare.model_copy(
+        update={"session_prefix": (PrefixMessage(role="user", content="catalog"),)}
+    )
+    assert b"session_prefix" not in LlmRequestRequested(header=bare).to_json()
+    stored = LlmRequestRequested(header=with_prefix).to_json()
+    assert b'"session_prefix":[{"role":"user","content":"catalog"}]' in stored
+    assert LlmRequestRequested.model_validate_json(stored).header == with_prefix
+    assert LlmRequestRequested.model_validate_json(
+        LlmRequestRequested(header=bare).to_json()
+    ).header == bare

@@ -17,7 +17,15 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from ..canonical import canonical_json, check_json_value, loads
 from ..events import Envelope, Event
@@ -259,6 +267,14 @@ class RequestHeader(_Frozen):
         if value is not None and HEADER_START.match(value):
             raise ValueError("the system prompt must not start like an item header (@<digit>)")
         return value
+
+    @model_serializer(mode="wrap")
+    def _canonical_absence(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An empty session prefix is canonical absence: no header field, no bytes.
+        data: dict[str, Any] = handler(self)
+        if not data.get("session_prefix"):
+            data.pop("session_prefix", None)
+        return data
 
     @property
     def has_developer_role(self) -> bool:
