@@ -15,7 +15,7 @@ import operator
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -100,8 +100,7 @@ def registered_types() -> Mapping[str, type[Event]]:
     return dict(_REGISTRY)
 
 
-@dataclass(frozen=True, slots=True)
-class EventMeta:
+class EventMeta(NamedTuple):
     """Metadata recorded with every event. Time and ids are injected by the journal's edge."""
 
     event_id: str
@@ -126,8 +125,7 @@ class RawEvent:
     payload: Any
 
 
-@dataclass(frozen=True, slots=True)
-class NewEvent:
+class NewEvent(NamedTuple):
     """An event ready to append: its type name, payload JSON bytes and metadata."""
 
     type: str
