@@ -95,6 +95,8 @@ from .views import (
 )
 
 __all__ = [
+    "PROTOCOL",
+    "SYSTEM_PROMPT_KEY",
     "Actor",
     "Agent",
     "AgentContext",
@@ -142,7 +144,6 @@ __all__ = [
     "NewEvent",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
-    "PROTOCOL",
     "PayloadError",
     "PrefixMessage",
     "RawEvent",
@@ -155,7 +156,6 @@ __all__ = [
     "RequestHeader",
     "RequestRecorded",
     "RunReport",
-    "SYSTEM_PROMPT_KEY",
     "Segment",
     "SegmentedFold",
     "SegmentedState",

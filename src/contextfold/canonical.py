@@ -34,7 +34,9 @@ def check_json_value(value: Any, *, where: str = "payload") -> None:
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
-                raise ValueError(f"{path}: {item!r} is not valid JSON (NaN and infinity are refused)")
+                raise ValueError(
+                    f"{path}: {item!r} is not valid JSON (NaN and infinity are refused)"
+                )
             continue
         if isinstance(item, dict):
             for key, child in item.items():

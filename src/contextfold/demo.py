@@ -24,9 +24,15 @@ from .render.neutral import NeutralMessage
 from .render.prefix import SessionPrefix
 from .runtime.local import LocalModel
 from .runtime.loop import Agent, Observers, system_prompt
-from .runtime.transcript import TranscriptObserver
-from .transcript import TranscriptBus, TranscriptWriter, filter_compacted, open_transcript_store, read_history
 from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
+from .runtime.transcript import TranscriptObserver
+from .transcript import (
+    TranscriptBus,
+    TranscriptWriter,
+    filter_compacted,
+    open_transcript_store,
+    read_history,
+)
 from .views.tokens import approx_tokens
 
 __all__ = ["SAMPLE_WORKSPACE", "pick_model", "run_demo"]
@@ -35,17 +41,20 @@ SAMPLE_WORKSPACE: dict[str, str] = {
     "README.md": "# billing-service\nA small service that turns usage records into invoices.\n"
     "Entry point: src/app.py. Rates live in src/rates.py.\n",
     "src/app.py": "from rates import price_for\n\n\ndef invoice(records):\n"
-    "    \"\"\"Sum the price of every usage record into one invoice total.\"\"\"\n"
-    "    total = 0\n    for record in records:\n        total += price_for(record['plan'], record['units'])\n"
+    '    """Sum the price of every usage record into one invoice total."""\n'
+    "    total = 0\n    for record in records:\n"
+    "        total += price_for(record['plan'], record['units'])\n"
     "    return round(total, 2)\n",
     "src/rates.py": "RATES = {'free': 0.0, 'pro': 0.12, 'team': 0.09}\n\n\n"
-    "def price_for(plan, units):\n    \"\"\"Price of `units` on `plan`; unknown plans raise KeyError.\"\"\"\n"
+    "def price_for(plan, units):\n"
+    '    """Price of `units` on `plan`; unknown plans raise KeyError."""\n'
     "    return RATES[plan] * units\n",
     "tests/test_app.py": "from app import invoice\n\n\ndef test_invoice():\n"
     "    assert invoice([{'plan': 'pro', 'units': 10}]) == 1.2\n",
     "docs/deploy.md": "".join(
         f"Step {n}: deploys run from CI on every merge to main; a failing test blocks the deploy "
-        f"and the on-call engineer is paged (runbook section {n}).\n" for n in range(1, 40)
+        f"and the on-call engineer is paged (runbook section {n}).\n"
+        for n in range(1, 40)
     ),
 }
 
@@ -94,7 +103,10 @@ def pick_model() -> tuple[ModelClient, str]:
     if os.environ.get("ANTHROPIC_API_KEY"):
         name = os.environ.get("CONTEXTFOLD_ANTHROPIC_MODEL", "claude-3-5-haiku-latest")
         return AnthropicModel(name), f"Anthropic ({name})"
-    return LocalModel(), "the local deterministic model (no OPENAI_API_KEY or ANTHROPIC_API_KEY is set)"
+    return (
+        LocalModel(),
+        "the local deterministic model (no OPENAI_API_KEY or ANTHROPIC_API_KEY is set)",
+    )
 
 
 class _Printer:
@@ -108,20 +120,29 @@ class _Printer:
         out = self.console
         if name == "request":
             rendered = data["rendered"]
-            out.print(f"  [cyan]→ request @{data['offset']}[/] {rendered.transport}, {len(rendered.body)} bytes, sha256 {rendered.sha256[:12]}…")
+            out.print(
+                f"  [cyan]→ request @{data['offset']}[/] {rendered.transport}, "
+                f"{len(rendered.body)} bytes, sha256 {rendered.sha256[:12]}…"
+            )
         elif name == "response":
             output = data["output"]
             calls = ", ".join(f"{c.name}({c.arguments})" for c in output.tool_calls)
             text = output.text.splitlines()[0] if output.text else ""
-            out.print(f"  [green]← answer[/] {text[:90]}" + (f"  [yellow]calls[/] {calls}" if calls else ""))
+            out.print(
+                f"  [green]← answer[/] {text[:90]}"
+                + (f"  [yellow]calls[/] {calls}" if calls else "")
+            )
         elif name == "tool-start":
             # The CI webhook posts while the model works: a keyed status slot, external actor.
             self.build += 1
             await self.journal.append(
                 self.stream,
                 ContextAdded(
-                    role="developer", actor=Actor(type="webhook", id="ci"), key="ci/status",
-                    content=f"CI build #{self.build}: {'passed' if self.build % 3 else 'failed: tests/test_app.py'}",
+                    role="developer",
+                    actor=Actor(type="webhook", id="ci"),
+                    key="ci/status",
+                    content=f"CI build #{self.build}: "
+                    + ("passed" if self.build % 3 else "failed: tests/test_app.py"),
                     llm_request_policy=LlmRequestPolicy(behaviour="none"),
                 ),
                 actor="webhook",
@@ -129,9 +150,14 @@ class _Printer:
             out.print(f"  [magenta]webhook[/] ci/status ← build #{self.build}")
         elif name == "tool-end":
             outcome = data["outcome"]
-            out.print(f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars{' (error)' if outcome.is_error else ''}")
+            out.print(
+                f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars"
+                + (" (error)" if outcome.is_error else "")
+            )
         elif name == "compaction":
-            out.print(f"  [bold red]compaction[/] summary replaces history through @{data['offset']}")
+            out.print(
+                f"  [bold red]compaction[/] summary replaces history through @{data['offset']}"
+            )
         elif name == "interrupted":
             out.print(f"  [red]interrupted[/] request @{data['offset']} by @{data['by']}")
 
@@ -153,25 +179,51 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
         @prefix.contributor
         async def workspace_digest(next_: Any) -> tuple[NeutralMessage, ...]:
             files = ", ".join(sorted(SAMPLE_WORKSPACE))
-            return (NeutralMessage(role="user", content=f"<workspace-files>{files}</workspace-files>"), *await next_())
+            return (
+                NeutralMessage(role="user", content=f"<workspace-files>{files}</workspace-files>"),
+                *await next_(),
+            )
 
         printer = _Printer(out, journal, stream)
         transcript = open_transcript_store(f"sqlite:///{db}")
         await transcript.open()
         session = f"{stream}/{journal.ids()[:8]}"  # one transcript session per demo run
-        rows = TranscriptObserver(TranscriptWriter(transcript, TranscriptBus()), session, clock=lambda: journal.clock().isoformat())
-        agent = Agent(journal, stream, model, tools=workspace_tools(root), prefix=prefix, max_tokens=512,
-                      observer=Observers(printer, rows),
-                      compaction_threshold=0.3)
+        rows = TranscriptObserver(
+            TranscriptWriter(transcript, TranscriptBus()),
+            session,
+            clock=lambda: journal.clock().isoformat(),
+        )
+        agent = Agent(
+            journal,
+            stream,
+            model,
+            tools=workspace_tools(root),
+            prefix=prefix,
+            max_tokens=512,
+            observer=Observers(printer, rows),
+            compaction_threshold=0.3,
+        )
 
         # Distributed birth: the first question arrives before the system prompt.
-        await journal.append(stream, ContextAdded(role="user", actor=Actor(type="user"), content=QUESTIONS[0]), actor="user")
+        await journal.append(
+            stream,
+            ContextAdded(role="user", actor=Actor(type="user"), content=QUESTIONS[0]),
+            actor="user",
+        )
         report = await agent.run_until_idle()
         out.print(f"before the system prompt: status [bold]{report.status}[/] ({report.reason})")
-        await journal.append(stream, system_prompt("You are a careful coding assistant. Use the tools; cite files."), actor="agent")
+        await journal.append(
+            stream,
+            system_prompt("You are a careful coding assistant. Use the tools; cite files."),
+            actor="agent",
+        )
         for index, question in enumerate(QUESTIONS):
             if index:
-                await journal.append(stream, ContextAdded(role="user", actor=Actor(type="user"), content=question), actor="user")
+                await journal.append(
+                    stream,
+                    ContextAdded(role="user", actor=Actor(type="user"), content=question),
+                    actor="user",
+                )
             out.print(f"[bold]user[/] {question}")
             report = await agent.run_until_idle()
 
@@ -183,24 +235,52 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
         table.add_column("items", justify="right")
         table.add_column("tokens", justify="right")
         prefix_messages = state.header.session_prefix if state.header else ()
-        for lane, items in (("system", state.system), ("session prefix", prefix_messages), ("history", state.history)):
+        for lane, items in (
+            ("system", state.system),
+            ("session prefix", prefix_messages),
+            ("history", state.history),
+        ):
             table.add_row(lane, str(len(items)), str(sum(approx_tokens(i.content) for i in items)))
         out.print(table)
         last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
         compiled = compile_turn(
-            [Layer("system", system_prompt("").content or "coding assistant"), Layer("history", "\n".join(i.content for i in state.history))],
-            TurnEvent(kind="message", author="user", actor="user", event_id=f"@{last_user.offset if last_user else 0}",
-                      content=last_user.content if last_user else ""),
+            [
+                Layer("system", system_prompt("").content or "coding assistant"),
+                Layer("history", "\n".join(i.content for i in state.history)),
+            ],
+            TurnEvent(
+                kind="message",
+                author="user",
+                actor="user",
+                event_id=f"@{last_user.offset if last_user else 0}",
+                content=last_user.content if last_user else "",
+            ),
         )
         out.print(f"turn envelope manifest hash: [bold]{compiled.manifest.hash}[/]")
-        out.print(f"compactions: {state.compacted_through and 'history compacted through @' + str(state.compacted_through) or 'none'}")
+        out.print(
+            "compactions: "
+            + (
+                f"history compacted through @{state.compacted_through}"
+                if state.compacted_through
+                else "none"
+            )
+        )
         if drifts:
-            out.print(f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild byte for byte:[/] {drifts}")
+            out.print(
+                f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild byte for byte:[/] "
+                f"{drifts}"
+            )
         else:
-            out.print(f"[bold green]all {requests} recorded requests rebuild byte for byte from the journal[/]")
+            out.print(
+                f"[bold green]all {requests} recorded requests rebuild byte for byte "
+                "from the journal[/]"
+            )
         history = await read_history(transcript, session)
         view = filter_compacted(history)
-        out.print(f"transcript: {len(history)} messages stored for the UI, {len(view)} after filter_compacted")
+        out.print(
+            f"transcript: {len(history)} messages stored for the UI, "
+            f"{len(view)} after filter_compacted"
+        )
         await transcript.close()
         out.print(f"journal file: [cyan]{db.resolve()}[/]")
         return not drifts

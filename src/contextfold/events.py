@@ -11,6 +11,7 @@ It never needs the Event class: an unknown type is still readable as raw JSON.
 
 from __future__ import annotations
 
+import builtins
 import operator
 import re
 from collections.abc import Mapping, Sequence
@@ -160,14 +161,26 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
         stream: str,
         position: int,
         global_position: int,
-        type: str,  # noqa: A002 - the field's name
+        type: str,
         data: bytes,
         meta: EventMeta,
     ) -> StoredEvent:
         return tuple.__new__(
             cls,
-            (namespace, stream, global_position, position, type, data, meta.event_id, meta.time,
-             meta.run_id, meta.actor, meta.idempotency_key, meta.channels),
+            (
+                namespace,
+                stream,
+                global_position,
+                position,
+                type,
+                data,
+                meta.event_id,
+                meta.time,
+                meta.run_id,
+                meta.actor,
+                meta.idempotency_key,
+                meta.channels,
+            ),
         )
 
     @classmethod
@@ -204,12 +217,12 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
                 position=self.position,
             ) from exc
 
-    def decode(self, cls: type[E] | None = None) -> E | Event:
+    def decode(self, cls: builtins.type[E] | None = None) -> E | Event:
         """The typed event, with ``cls`` or the registered class of ``type``.
 
         Raises UnknownEventTypeError, CorruptEventError, or pydantic's ValidationError.
         """
-        target: type[Event] = cls if cls is not None else event_class(self.type)
+        target: builtins.type[Event] = cls if cls is not None else event_class(self.type)
         try:
             return target.model_validate_json(self[5])
         except ValidationError:
@@ -253,7 +266,14 @@ class Envelope(Generic[E]):
 
     @classmethod
     def of(cls, stored: StoredEvent, payload: E) -> Envelope[E]:
-        return cls(payload, stored.meta, stored.stream, stored.position, stored.global_position, stored.type)
+        return cls(
+            payload,
+            stored.meta,
+            stored.stream,
+            stored.position,
+            stored.global_position,
+            stored.type,
+        )
 
     @classmethod
     def make(

@@ -15,7 +15,6 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -117,7 +116,9 @@ class Journal:
         self.store = store
         self.namespace = check_namespace(namespace)
         if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise InvalidInputError(f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}")
+            raise InvalidInputError(
+                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
+            )
         self.max_payload_bytes = max_payload_bytes
         self.clock = clock
         self.ids = ids
@@ -180,14 +181,18 @@ class Journal:
         chans = tuple(channels)
         for ch in chans:
             if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
-                raise InvalidInputError(f"channel {ch!r} must be a non-empty str without control characters")
+                raise InvalidInputError(
+                    f"channel {ch!r} must be a non-empty str without control characters"
+                )
         prepared: list[NewEvent] = []
         limit = self.max_payload_bytes
         for index, event in enumerate(events):
             if type(event) is RawEvent:
                 type_name = event.type
                 if not isinstance(type_name, str) or not type_name:
-                    raise InvalidInputError(f"events[{index}]: raw event type must be a non-empty str")
+                    raise InvalidInputError(
+                        f"events[{index}]: raw event type must be a non-empty str"
+                    )
                 value = event.payload
             elif isinstance(event, Event):
                 type_name = type(event).event_type
@@ -208,7 +213,9 @@ class Journal:
                 data = b"null"  # the checked encoder below names the field at fault
             if b"null" in data:
                 try:
-                    data = canonical.encode_checked(value, where=f"events[{index}] ({type_name}) payload")
+                    data = canonical.encode_checked(
+                        value, where=f"events[{index}] ({type_name}) payload"
+                    )
                 except ValueError as exc:
                     raise PayloadError(str(exc)) from exc
             if len(data) > limit:
@@ -218,7 +225,11 @@ class Journal:
                     "reference it, or raise max_payload_bytes"
                 )
             prepared.append(
-                NewEvent(type_name, data, EventMeta(self.ids(), time, run_id, actor, idempotency_key, chans))
+                NewEvent(
+                    type_name,
+                    data,
+                    EventMeta(self.ids(), time, run_id, actor, idempotency_key, chans),
+                )
             )
         return prepared
 
@@ -243,13 +254,23 @@ class Journal:
         if not batch:
             raise InvalidInputError(f"append to {stream!r} got no events")
         if len(batch) > MAX_BATCH:
-            raise InvalidInputError(f"append to {stream!r} got {len(batch)} events; the limit is {MAX_BATCH}")
+            raise InvalidInputError(
+                f"append to {stream!r} got {len(batch)} events; the limit is {MAX_BATCH}"
+            )
         if expected_version is not None and (
-            not isinstance(expected_version, int) or isinstance(expected_version, bool) or expected_version < 0
+            not isinstance(expected_version, int)
+            or isinstance(expected_version, bool)
+            or expected_version < 0
         ):
-            raise InvalidInputError(f"expected_version must be an int >= 0, got {expected_version!r}")
-        if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
-            raise InvalidInputError(f"idempotency_key must be a non-empty str, got {idempotency_key!r}")
+            raise InvalidInputError(
+                f"expected_version must be an int >= 0, got {expected_version!r}"
+            )
+        if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not idempotency_key
+        ):
+            raise InvalidInputError(
+                f"idempotency_key must be a non-empty str, got {idempotency_key!r}"
+            )
         prepared = self.prepare(
             batch, run_id=run_id, actor=actor, channels=channels, idempotency_key=idempotency_key
         )
@@ -338,7 +359,6 @@ class Journal:
             async for event in tail:
                 yield event
 
-
     # -- folds --------------------------------------------------------------------------------
 
     async def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
@@ -358,7 +378,7 @@ class Journal:
         self,
         fold: FoldBase[S],
         stream: str,
-        next: Callable[[S], Any] | None = None,  # noqa: A002 - the seed's name
+        next: Callable[[S], Any] | None = None,
         *,
         view: Any = None,
         budget: float | None = None,
@@ -383,10 +403,16 @@ class Journal:
 
         if next is not None:
             if view is not None or summarize is not None:
-                raise InvalidInputError("compact takes either next or the policy (view=, summarize=, …), not both")
-            return await self.folds.compact(fold, self.namespace, stream, next, append=append_checkpoint)
+                raise InvalidInputError(
+                    "compact takes either next or the policy (view=, summarize=, …), not both"
+                )
+            return await self.folds.compact(
+                fold, self.namespace, stream, next, append=append_checkpoint
+            )
         if not isinstance(fold, SegmentedFold):
-            raise TypeError(f"the policy form of compact needs a SegmentedFold, not {fold!r}: pass next")
+            raise TypeError(
+                f"the policy form of compact needs a SegmentedFold, not {fold!r}: pass next"
+            )
         if view is None or budget is None or summarize is None:
             raise TypeError("compact needs next, or view=, budget= and summarize=")
         from .views.policy import compact_with_view
@@ -405,7 +431,6 @@ class Journal:
             summarize=summarize,
             append=append_checkpoint,
         )
-
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -432,14 +457,18 @@ def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | 
     return tuple(names)
 
 
-def open_journal(url: str = "sqlite:///contextfold.db", *, namespace: str = "default", **options: Any) -> Journal:
+def open_journal(
+    url: str = "sqlite:///contextfold.db", *, namespace: str = "default", **options: Any
+) -> Journal:
     """Open the async journal at ``url``. The store connects on first use.
 
     Journal options (``max_payload_bytes``, ``clock``, ``ids``) are taken from ``options``;
     the rest go to the store (e.g. ``synchronous`` for SQLite, ``min_size`` for PostgreSQL).
     """
     journal_opts = {
-        k: options.pop(k) for k in ("max_payload_bytes", "clock", "ids", "fold_cache") if k in options
+        k: options.pop(k)
+        for k in ("max_payload_bytes", "clock", "ids", "fold_cache")
+        if k in options
     }
     return Journal(store_from_url(url, **options), namespace=namespace, **journal_opts)
 
@@ -453,7 +482,9 @@ class SyncJournal:
     def __init__(self, journal: Journal) -> None:
         self.journal = journal
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="contextfold-sync", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="contextfold-sync", daemon=True
+        )
         self._thread.start()
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -482,7 +513,9 @@ class SyncJournal:
     def read_all(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
         return self._iterate(self.journal.read_all(stream, **kwargs))
 
-    def latest(self, stream: str, types: Sequence[str | type[Event]], **kwargs: Any) -> tuple[StoredEvent, ...]:
+    def latest(
+        self, stream: str, types: Sequence[str | type[Event]], **kwargs: Any
+    ) -> tuple[StoredEvent, ...]:
         return self._call(self.journal.latest(stream, types, **kwargs))
 
     def version(self, stream: str) -> int:
@@ -497,7 +530,7 @@ class SyncJournal:
     def fold(self, fold: FoldBase[S], stream: str, **kwargs: Any) -> S:
         return self._call(self.journal.fold(fold, stream, **kwargs))
 
-    def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:  # noqa: A002
+    def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:
         return self._call(self.journal.compact(fold, stream, next, **kwargs))
 
     def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
@@ -507,7 +540,7 @@ class SyncJournal:
         try:
             while True:
                 try:
-                    yield self._call(agen.__anext__())
+                    yield self._call(_anext(agen))
                 except StopAsyncIteration:
                     return
         finally:
@@ -516,8 +549,10 @@ class SyncJournal:
                 self._call(aclose())
 
 
+async def _anext(agen: AsyncIterator[T]) -> T:
+    return await agen.__anext__()
+
+
 def open_journal_sync(url: str = "sqlite:///contextfold.db", **options: Any) -> SyncJournal:
     """Open the blocking journal at ``url`` (see :func:`open_journal`)."""
     return SyncJournal(open_journal(url, **options))
-
-

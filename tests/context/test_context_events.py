@@ -153,6 +153,7 @@ def test_an_empty_session_prefix_adds_no_header_field() -> None:
     stored = LlmRequestRequested(header=with_prefix).to_json()
     assert b'"session_prefix":[{"role":"user","content":"catalog"}]' in stored
     assert LlmRequestRequested.model_validate_json(stored).header == with_prefix
-    assert LlmRequestRequested.model_validate_json(
-        LlmRequestRequested(header=bare).to_json()
-    ).header == bare
+    assert (
+        LlmRequestRequested.model_validate_json(LlmRequestRequested(header=bare).to_json()).header
+        == bare
+    )

@@ -51,9 +51,13 @@ class FoldBase(Generic[S]):
                 "not starting with a digit)"
             )
         if scope not in ("context", "run"):
-            raise FoldDefinitionError(f"fold {name}: scope must be 'context' or 'run', not {scope!r}")
+            raise FoldDefinitionError(
+                f"fold {name}: scope must be 'context' or 'run', not {scope!r}"
+            )
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise FoldDefinitionError(f"fold {name}: version must be a positive int, not {version!r}")
+            raise FoldDefinitionError(
+                f"fold {name}: version must be a positive int, not {version!r}"
+            )
         self.name = name
         self.scope: Scope = scope
         self.version = version
@@ -171,13 +175,17 @@ class Fold(FoldBase[S]):
         super().__init__(name, scope=scope, version=version)
         if initial is None:
             if state is None or not callable(state):
-                raise FoldDefinitionError(f"fold {name}: give initial= (a function returning the first state)")
+                raise FoldDefinitionError(
+                    f"fold {name}: give initial= (a function returning the first state)"
+                )
             initial = state
         self._initial = initial
         self.state_schema = state
         self._adapter: TypeAdapter[S] | None = TypeAdapter(state) if state is not None else None
 
-    def on(self, event: type[E]) -> Callable[[Callable[[S, Envelope[E]], S]], Callable[[S, Envelope[E]], S]]:
+    def on(
+        self, event: type[E]
+    ) -> Callable[[Callable[[S, Envelope[E]], S]], Callable[[S, Envelope[E]], S]]:
         """Register the handler of ``event``: ``(state, envelope) -> new state``, pure."""
 
         def register(fn: Callable[[S, Envelope[E]], S]) -> Callable[[S, Envelope[E]], S]:

@@ -25,8 +25,8 @@ class FrozenDict(dict[str, Any]):
 
     __slots__ = ()
     __setitem__ = __delitem__ = _refuse
-    clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
-    __ior__ = _refuse  # type: ignore[assignment]
+    clear = pop = popitem = setdefault = update = _refuse
+    __ior__ = _refuse
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(tuple(sorted(self.items())))
@@ -40,7 +40,7 @@ class FrozenList(tuple[Any, ...]):
 
 def freeze(value: Any) -> Any:
     """Return ``value`` with every plain list, dict and set inside it frozen."""
-    if isinstance(value, _SCALARS) or isinstance(value, (FrozenDict, FrozenList, frozenset)):
+    if isinstance(value, (*_SCALARS, FrozenDict, FrozenList, frozenset)):
         return value
     if isinstance(value, dict):
         return FrozenDict({k: freeze(v) for k, v in value.items()})

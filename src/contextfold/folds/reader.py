@@ -106,7 +106,13 @@ class FoldCache:
 class FoldReader:
     """Reads folds for every namespace of one journal (shared by its namespace views)."""
 
-    def __init__(self, store: Store, cache: FoldCache | None = None, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        cache: FoldCache | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store = store
         # Not `cache or FoldCache()`: an empty cache is falsy (it has __len__).
         self.cache = cache if cache is not None else FoldCache()
@@ -132,7 +138,10 @@ class FoldReader:
                 )
         other = self._names.setdefault(fold.name, fold)
         if other is not fold and not (fold.can_compact and other.can_compact):
-            log.warning("fold-name-shared: different folds are named %r; metrics report them as one", fold.name)
+            log.warning(
+                "fold-name-shared: different folds are named %r; metrics report them as one",
+                fold.name,
+            )
 
     # -- reporting ----------------------------------------------------------------------------
 
@@ -148,7 +157,12 @@ class FoldReader:
         self.skipped.append(item)
         del self.skipped[:-1000]
         log.warning(
-            "fold %s left out %s@%d (%s): %s", fold.name, event.stream, event.position, reason, detail
+            "fold %s left out %s@%d (%s): %s",
+            fold.name,
+            event.stream,
+            event.position,
+            reason,
+            detail,
         )
         _skipped_counter.add(1, {"fold": fold.name, "reason": reason})
 
@@ -203,7 +217,9 @@ class FoldReader:
         if fold.can_compact:
             before: str | None = None
             while True:
-                found = await self.store.latest(namespace, stream, [fold.checkpoint_type], before=before, limit=20)
+                found = await self.store.latest(
+                    namespace, stream, [fold.checkpoint_type], before=before, limit=20
+                )
                 for event in found:
                     restored = await self._restore(fold, namespace, stream, event)
                     if restored is not None:
@@ -213,7 +229,9 @@ class FoldReader:
                 before = found[-1].cursor
         return _Entry(fold.initial_state(), None, 0, self._clock())
 
-    async def _restore(self, fold: FoldBase[S], namespace: str, stream: str, event: StoredEvent) -> _Entry | None:
+    async def _restore(
+        self, fold: FoldBase[S], namespace: str, stream: str, event: StoredEvent
+    ) -> _Entry | None:
         """A checkpoint as a cache entry, or None (reported) when it cannot be used."""
         try:
             payload = event.payload
@@ -231,10 +249,16 @@ class FoldReader:
         self, fold: FoldBase[S], namespace: str, stream: str, entry: _Entry, run_id: str | None
     ) -> tuple[int, bool]:
         """Fold the events after the entry's cursor into it. Returns (events folded, reset)."""
-        types = [*fold.event_types, fold.checkpoint_type] if fold.can_compact else list(fold.event_types)
+        types = (
+            [*fold.event_types, fold.checkpoint_type]
+            if fold.can_compact
+            else list(fold.event_types)
+        )
         folded = 0
         while True:
-            page = await self.store.read(namespace, stream, after=entry.cursor, types=types, limit=PAGE)
+            page = await self.store.read(
+                namespace, stream, after=entry.cursor, types=types, limit=PAGE
+            )
             if page.reset and entry.cursor is not None:
                 return folded, True
             rebased = False
@@ -248,7 +272,9 @@ class FoldReader:
                         # Rebase: the checkpoint replaces the state; events after its through
                         # are folded again on top of it (some of them were folded already).
                         entry.state, entry.cursor, entry.checkpoint_at = (
-                            restored.state, restored.cursor, restored.checkpoint_at
+                            restored.state,
+                            restored.cursor,
+                            restored.checkpoint_at,
                         )
                         rebased = True
                         break
@@ -300,7 +326,9 @@ class FoldReader:
                 f"fold {fold.name}: the compaction function failed: {exc!r}; nothing was published",
                 reason="summarize-failed",
             ) from exc
-        return await self.publish_checkpoint(fold, namespace, stream, new_state, cursor, append=append)
+        return await self.publish_checkpoint(
+            fold, namespace, stream, new_state, cursor, append=append
+        )
 
     async def publish_checkpoint(
         self,

@@ -91,26 +91,38 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                 TypeAdapter(summary) if summary is not None else None
             )
         except Exception as exc:  # pydantic raises several kinds for unusable types
-            raise FoldDefinitionError(f"segmented fold {name}: data/summary is not a usable type: {exc}") from exc
+            raise FoldDefinitionError(
+                f"segmented fold {name}: data/summary is not a usable type: {exc}"
+            ) from exc
 
     def initial_state(self) -> SegmentedState[Any, Any]:
         return SegmentedState()
 
     def _seal(self, state: SegmentedState[Any, Any]) -> SegmentedState[Any, Any]:
         if not isinstance(state, SegmentedState):
-            raise TypeError(f"fold {self.name}: a handler returned {type(state).__name__}, not a SegmentedState")
+            raise TypeError(
+                f"fold {self.name}: a handler returned {type(state).__name__}, not a SegmentedState"
+            )
         return state
 
     # -- handlers -----------------------------------------------------------------------------
 
-    def open(self, event: type[E]) -> Callable[[Callable[[Envelope[E]], Segment[Any]]], Callable[[Envelope[E]], Segment[Any]]]:
+    def open(
+        self, event: type[E]
+    ) -> Callable[[Callable[[Envelope[E]], Segment[Any]]], Callable[[Envelope[E]], Segment[Any]]]:
         """Open a segment per event: ``fn(envelope) -> Segment(id, data)``, appended as newest."""
 
-        def register(fn: Callable[[Envelope[E]], Segment[Any]]) -> Callable[[Envelope[E]], Segment[Any]]:
-            def apply(state: SegmentedState[Any, Any], env: Envelope[Any]) -> SegmentedState[Any, Any]:
+        def register(
+            fn: Callable[[Envelope[E]], Segment[Any]],
+        ) -> Callable[[Envelope[E]], Segment[Any]]:
+            def apply(
+                state: SegmentedState[Any, Any], env: Envelope[Any]
+            ) -> SegmentedState[Any, Any]:
                 segment = fn(env)
                 if not isinstance(segment, Segment):
-                    raise TypeError(f"fold {self.name}: open handler for {env.type} must return a Segment")
+                    raise TypeError(
+                        f"fold {self.name}: open handler for {env.type} must return a Segment"
+                    )
                 segment = Segment(segment.id, freeze(segment.data))
                 segments = state.segments
                 assert isinstance(segments, PVector)
@@ -139,7 +151,9 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
         tag = self.tag
 
         def register(fn: Callable[[Any, Envelope[E]], Any]) -> Callable[[Any, Envelope[E]], Any]:
-            def apply(state: SegmentedState[Any, Any], env: Envelope[Any]) -> SegmentedState[Any, Any]:
+            def apply(
+                state: SegmentedState[Any, Any], env: Envelope[Any]
+            ) -> SegmentedState[Any, Any]:
                 target = to(env)
                 segments = state.segments
                 assert isinstance(segments, PVector)
@@ -165,10 +179,14 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
 
     def on(
         self, event: type[E]
-    ) -> Callable[[Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]]], Any]:
+    ) -> Callable[
+        [Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]]], Any
+    ]:
         """Handle an event with the whole state (remove or merge segments, …)."""
 
-        def register(fn: Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]]) -> Any:
+        def register(
+            fn: Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]],
+        ) -> Any:
             self._register(event, fn)
             return fn
 
@@ -185,14 +203,17 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
             return super().encode_state(state)
         if not isinstance(state, SegmentedState):
             raise FoldCompactionError(
-                f"fold {self.name}: the new state must be a SegmentedState, not {type(state).__name__}",
+                f"fold {self.name}: the new state must be a SegmentedState, "
+                f"not {type(state).__name__}",
                 reason="invalid-state",
             )
         try:
             segments = []
             for segment in state.segments:
                 data = self._data_adapter.validate_python(segment.data, **STRICT_EXTRA)
-                segments.append({"id": segment.id, "data": self._data_adapter.dump_python(data, mode="json")})
+                segments.append(
+                    {"id": segment.id, "data": self._data_adapter.dump_python(data, mode="json")}
+                )
             summary = None
             if state.summary is not None:
                 if self._summary_adapter is None:
@@ -203,7 +224,8 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                 )
         except (ValidationError, ValueError, TypeError) as exc:
             raise FoldCompactionError(
-                f"fold {self.name}: the new state does not fit its schema: {exc}", reason="invalid-state"
+                f"fold {self.name}: the new state does not fit its schema: {exc}",
+                reason="invalid-state",
             ) from exc
         return {"summary": summary, "segments": segments}
 

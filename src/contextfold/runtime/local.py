@@ -19,8 +19,35 @@ from .models import FunctionModel, ModelOutput
 __all__ = ["LocalModel"]
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{3,}")
-_STOP = {"what", "which", "where", "does", "from", "with", "that", "this", "file", "files", "please", "about", "there", "show", "explain", "find", "tell", "have",
-         "defined", "computed", "happens", "work", "works", "used", "when", "their", "your"}
+_STOP = {
+    "what",
+    "which",
+    "where",
+    "does",
+    "from",
+    "with",
+    "that",
+    "this",
+    "file",
+    "files",
+    "please",
+    "about",
+    "there",
+    "show",
+    "explain",
+    "find",
+    "tell",
+    "have",
+    "defined",
+    "computed",
+    "happens",
+    "work",
+    "works",
+    "used",
+    "when",
+    "their",
+    "your",
+}
 
 
 def _body(message: NeutralMessage) -> str:
@@ -78,7 +105,9 @@ def _request_id(request: NeutralRequest) -> str:
 
 
 def _decide(request: NeutralRequest) -> ModelOutput:
-    messages = [m for m in request.messages if not (m.role == "user" and m.content.startswith(TAIL_PREFIX))]
+    messages = [
+        m for m in request.messages if not (m.role == "user" and m.content.startswith(TAIL_PREFIX))
+    ]
     if messages and messages[-1].content == COMPACTION_INSTRUCTION:
         return ModelOutput(text=_summary(request))
     question_at = max((i for i, m in enumerate(messages) if _question(m) is not None), default=-1)
@@ -94,23 +123,39 @@ def _decide(request: NeutralRequest) -> ModelOutput:
         query = words[0] if words else question.split()[-1].strip("?")
         return ModelOutput(
             text=f"Let me search the workspace for {query!r}.",
-            tool_calls=(ToolCall(id=f"call_{_request_id(request)}_search", name="search_files", arguments=json.dumps({"query": query})),),
+            tool_calls=(
+                ToolCall(
+                    id=f"call_{_request_id(request)}_search",
+                    name="search_files",
+                    arguments=json.dumps({"query": query}),
+                ),
+            ),
         )
     if step == 1 and "read_file" in tool_names:
         found = re.findall(r"^([\w./-]+\.\w+):\d+:", _body(results[0]), flags=re.M)
         if found:
             return ModelOutput(
                 text=f"Reading {found[0]}.",
-                tool_calls=(ToolCall(id=f"call_{_request_id(request)}_read", name="read_file", arguments=json.dumps({"path": found[0]})),),
+                tool_calls=(
+                    ToolCall(
+                        id=f"call_{_request_id(request)}_read",
+                        name="read_file",
+                        arguments=json.dumps({"path": found[0]}),
+                    ),
+                ),
             )
     status = [
-        _body(m).strip() for m in messages
-        if m.role == "user" and parse_item_header(m.content.partition("\n")[0]) is not None
+        _body(m).strip()
+        for m in messages
+        if m.role == "user"
+        and parse_item_header(m.content.partition("\n")[0]) is not None
         and 'key="ci/status"' in m.content.partition("\n")[0]
     ]
     evidence = _body(results[-1]).strip().splitlines() if results else []
     answer = [f"Answer to {json.dumps(question)}:"]
-    answer += [f"  {line}" for line in evidence[:6]] or ["  I found nothing relevant in the workspace."]
+    answer += [f"  {line}" for line in evidence[:6]] or [
+        "  I found nothing relevant in the workspace."
+    ]
     if status:
         answer.append(f"(Latest CI status I was told: {status[-1]})")
     return ModelOutput(text="\n".join(answer))
@@ -119,5 +164,11 @@ def _decide(request: NeutralRequest) -> ModelOutput:
 class LocalModel(FunctionModel):
     """A deterministic, offline model. ``transport`` decides the wire body it is sent."""
 
-    def __init__(self, *, model: str = "contextfold-local", transport: str = "openai-chat", stream_chunk: int = 24) -> None:
+    def __init__(
+        self,
+        *,
+        model: str = "contextfold-local",
+        transport: str = "openai-chat",
+        stream_chunk: int = 24,
+    ) -> None:
         super().__init__(_decide, model=model, transport=transport, stream_chunk=stream_chunk)  # type: ignore[arg-type]

@@ -147,7 +147,10 @@ class Agent:
             sched = await self.journal.fold(Scheduler, self.stream)
             decision = decide(sched, context, self.budgets)
             if decision.action == "idle":
-                report.status, report.reason = ("stopped" if sched.halted else "idle"), decision.reason
+                report.status, report.reason = (
+                    ("stopped" if sched.halted else "idle"),
+                    decision.reason,
+                )
                 break
             if decision.action == "queued":
                 report.status, report.reason = "queued", decision.reason
@@ -156,7 +159,10 @@ class Agent:
             if decision.action == "halt":
                 await self.journal.append(
                     self.stream,
-                    AgentHalted(reason="circuit-breaker" if "breaker" in decision.reason else "turn-budget", detail=decision.reason),
+                    AgentHalted(
+                        reason="circuit-breaker" if "breaker" in decision.reason else "turn-budget",
+                        detail=decision.reason,
+                    ),
                     actor="agent",
                 )
                 await self._emit("halted", reason=decision.reason)
@@ -179,7 +185,9 @@ class Agent:
             await self.run_until_idle()
             page = await self.journal.read(self.stream, after=cursor)
             cursor = page.cursor
-            async for _ in self.journal.subscribe(self.stream, after=cursor, poll_interval=poll_interval):
+            async for _ in self.journal.subscribe(
+                self.stream, after=cursor, poll_interval=poll_interval
+            ):
                 break
             cursor = (await self.journal.read(self.stream, after=cursor)).cursor
 
@@ -207,7 +215,12 @@ class Agent:
             model=self.model.model,
             session_prefix=prefix_snapshot(prefix),
             tools=tuple(
-                ToolDefinition(name=s.name, description=s.description, parameters=s.parameters_json.decode(), strict=s.strict)
+                ToolDefinition(
+                    name=s.name,
+                    description=s.description,
+                    parameters=s.parameters_json.decode(),
+                    strict=s.strict,
+                )
                 for s in self.toolbox.specs
             ),
             max_tokens=self.max_tokens,
@@ -215,13 +228,17 @@ class Agent:
             stream=self.stream_responses,
         )
 
-    async def _request(self, context: AgentContextState, decision: Decision, report: RunReport) -> None:
+    async def _request(
+        self, context: AgentContextState, decision: Decision, report: RunReport
+    ) -> None:
         header = await self._header(context)
         previous = context.request_offset
         if previous is not None and previous > context.compacted_through:
             # The pressure gate: estimate the request about to go out, session prefix
             # included (a new instance's prefix may have grown), before sending it.
-            estimate = len(render_request(build_request(context, header), header.transport).body) // 4
+            estimate = (
+                len(render_request(build_request(context, header), header.transport).body) // 4
+            )
             if needs_compaction(estimate, header.model, threshold=self.compaction_threshold):
                 await self._compact(previous, report)
                 context = await self.journal.fold(AgentContext, self.stream)
@@ -270,7 +287,12 @@ class Agent:
         rendered = render_request(neutral, transport)
         await self.journal.append(
             self.stream,
-            RequestRecorded(request_offset=offset, transport=rendered.transport, sha256=rendered.sha256, size=len(rendered.body)),
+            RequestRecorded(
+                request_offset=offset,
+                transport=rendered.transport,
+                sha256=rendered.sha256,
+                size=len(rendered.body),
+            ),
             actor="agent",
             channels=(),
         )
@@ -332,7 +354,9 @@ class Agent:
         raise AssertionError("unreachable: subscribe never ends")
 
     async def _record_output(self, offset: int, output: ModelOutput) -> None:
-        calls = tuple(ModelToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in output.tool_calls)
+        calls = tuple(
+            ModelToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in output.tool_calls
+        )
         usage = TokenUsage(
             input_tokens=output.usage.input_tokens,
             output_tokens=output.usage.output_tokens,
@@ -340,12 +364,19 @@ class Agent:
         )
         events: list[Event] = [
             LlmResponse(
-                request_offset=offset, model=self.model.model, text=output.text,
-                tool_calls=calls, usage=usage, stop_reason=output.finish_reason,
+                request_offset=offset,
+                model=self.model.model,
+                text=output.text,
+                tool_calls=calls,
+                usage=usage,
+                stop_reason=output.finish_reason,
             ),
             ContextAdded(
-                role="assistant", actor=Actor(type="agent"), content=output.text,
-                tool_calls=calls, llm_request_offset=offset,
+                role="assistant",
+                actor=Actor(type="agent"),
+                content=output.text,
+                tool_calls=calls,
+                llm_request_offset=offset,
             ),
         ]
         await self.journal.append(self.stream, events, actor="agent")
@@ -354,9 +385,14 @@ class Agent:
     async def _run_tools(self, calls: Sequence[ModelToolCall]) -> int:
         for call in calls:
             await self._emit("tool-start", call=call)
-            outcome: ToolOutcome = await self.toolbox.call(ToolCall(id=call.id, name=call.name, arguments=call.arguments))
+            outcome: ToolOutcome = await self.toolbox.call(
+                ToolCall(id=call.id, name=call.name, arguments=call.arguments)
+            )
             result = ToolCallResult(
-                tool_call_id=call.id, name=call.name, content=outcome.output, is_error=outcome.is_error
+                tool_call_id=call.id,
+                name=call.name,
+                content=outcome.output,
+                is_error=outcome.is_error,
             )
             await self.journal.append(self.stream, [result, tool_result_item(result)], actor="tool")
             await self._emit("tool-end", call=call, outcome=outcome)
@@ -378,16 +414,21 @@ class Agent:
             # model's header, is measured and compacted instead.
             log.warning(
                 "not compacting request @%s of %r: recorded for %s, the model speaks %s",
-                offset, self.stream, recorded_for, self.model.transport,
+                offset,
+                self.stream,
+                recorded_for,
+                self.model.transport,
             )
             return
         neutral = build_summary_request(state, through=offset)
         rendered = render_request(neutral, self.model.transport)
         await self._emit("compaction-start", offset=offset)
         output = await self.model.complete(neutral, rendered)
-        usage = TokenUsage(input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens)
-        await self.journal.append(self.stream, summary_item(output.text, cutoff=offset, usage=usage), actor="agent")
+        usage = TokenUsage(
+            input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens
+        )
+        await self.journal.append(
+            self.stream, summary_item(output.text, cutoff=offset, usage=usage), actor="agent"
+        )
         report.compactions.append(offset)
         await self._emit("compaction", offset=offset, summary=output.text)
-
-

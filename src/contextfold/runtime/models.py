@@ -108,7 +108,9 @@ class FunctionModel:
             output = ModelOutput(
                 output.text,
                 output.tool_calls,
-                Usage(input_tokens=len(rendered.body) // 4, output_tokens=len(output.text) // 4 + 1),
+                Usage(
+                    input_tokens=len(rendered.body) // 4, output_tokens=len(output.text) // 4 + 1
+                ),
                 output.finish_reason,
                 output.reasoning,
             )
@@ -121,7 +123,9 @@ def _openai_client(client: Any, base_url: str | None, api_key: str | None) -> An
     try:
         import openai
     except ImportError as exc:  # pragma: no cover - extras
-        raise ImportError("OpenAI models need the openai extra: pip install 'contextfold[openai]'") from exc
+        raise ImportError(
+            "OpenAI models need the openai extra: pip install 'contextfold[openai]'"
+        ) from exc
     return openai.AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 
@@ -130,7 +134,14 @@ class OpenAIChatModel:
 
     transport: Transport = "openai-chat"
 
-    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ):
         self.model = model
         self.client = _openai_client(client, base_url, api_key)
 
@@ -184,12 +195,18 @@ def _openai_usage(usage: Any) -> Usage:
     if usage is None:
         return Usage()
     cached = 0
-    details = getattr(usage, "prompt_tokens_details", None) or getattr(usage, "input_tokens_details", None)
+    details = getattr(usage, "prompt_tokens_details", None) or getattr(
+        usage, "input_tokens_details", None
+    )
     if details is not None:
         cached = getattr(details, "cached_tokens", 0) or 0
     return Usage(
-        input_tokens=getattr(usage, "prompt_tokens", None) or getattr(usage, "input_tokens", 0) or 0,
-        output_tokens=getattr(usage, "completion_tokens", None) or getattr(usage, "output_tokens", 0) or 0,
+        input_tokens=getattr(usage, "prompt_tokens", None)
+        or getattr(usage, "input_tokens", 0)
+        or 0,
+        output_tokens=getattr(usage, "completion_tokens", None)
+        or getattr(usage, "output_tokens", 0)
+        or 0,
         cached_input_tokens=cached,
     )
 
@@ -199,7 +216,14 @@ class OpenAIResponsesModel:
 
     transport: Transport = "openai-responses"
 
-    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ):
         self.model = model
         self.client = _openai_client(client, base_url, api_key)
 
@@ -210,7 +234,9 @@ class OpenAIResponsesModel:
         try:
             response = await self.client.responses.create(**body)
         except Exception as exc:
-            raise ModelError(f"openai-responses request to model {self.model!r} failed: {exc}") from exc
+            raise ModelError(
+                f"openai-responses request to model {self.model!r} failed: {exc}"
+            ) from exc
         if body.get("stream"):
             final = None
             async for event in response:
@@ -219,16 +245,27 @@ class OpenAIResponsesModel:
                 elif event.type == "response.completed":
                     final = event.response
             if final is None:
-                raise ModelError(f"openai-responses stream for {self.model!r} ended without response.completed")
+                raise ModelError(
+                    f"openai-responses stream for {self.model!r} ended without response.completed"
+                )
             response = final
         text: list[str] = []
         calls: list[ToolCall] = []
         for item in response.output:
             if item.type == "message":
-                text.extend(part.text for part in item.content if getattr(part, "type", "") == "output_text")
+                text.extend(
+                    part.text for part in item.content if getattr(part, "type", "") == "output_text"
+                )
             elif item.type == "function_call":
-                calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or ""))
-        return ModelOutput("".join(text), tuple(calls), _openai_usage(response.usage), response.status or "completed")
+                calls.append(
+                    ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
+                )
+        return ModelOutput(
+            "".join(text),
+            tuple(calls),
+            _openai_usage(response.usage),
+            response.status or "completed",
+        )
 
 
 class AnthropicModel:
@@ -236,13 +273,23 @@ class AnthropicModel:
 
     transport: Transport = "anthropic"
 
-    def __init__(self, model: str, *, client: Any = None, base_url: str | None = None, api_key: str | None = None):
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ):
         self.model = model
         if client is None:
             try:
                 import anthropic
             except ImportError as exc:  # pragma: no cover - extras
-                raise ImportError("Anthropic models need the anthropic extra: pip install 'contextfold[anthropic]'") from exc
+                raise ImportError(
+                    "Anthropic models need the anthropic extra: "
+                    "pip install 'contextfold[anthropic]'"
+                ) from exc
             client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key)
         self.client = client
 
@@ -265,7 +312,9 @@ class AnthropicModel:
             return ModelOutput(
                 text,
                 calls,
-                Usage(u.input_tokens, u.output_tokens, getattr(u, "cache_read_input_tokens", 0) or 0),
+                Usage(
+                    u.input_tokens, u.output_tokens, getattr(u, "cache_read_input_tokens", 0) or 0
+                ),
                 response.stop_reason or "end_turn",
             )
         text_parts: list[str] = []
@@ -279,7 +328,11 @@ class AnthropicModel:
                 input_tokens = u.input_tokens
                 cached = getattr(u, "cache_read_input_tokens", 0) or 0
             elif kind == "content_block_start" and event.content_block.type == "tool_use":
-                blocks[event.index] = {"id": event.content_block.id, "name": event.content_block.name, "arguments": ""}
+                blocks[event.index] = {
+                    "id": event.content_block.id,
+                    "name": event.content_block.name,
+                    "arguments": "",
+                }
             elif kind == "content_block_delta":
                 if event.delta.type == "text_delta":
                     text_parts.append(event.delta.text)
@@ -290,4 +343,6 @@ class AnthropicModel:
                 output_tokens = event.usage.output_tokens
                 stop = event.delta.stop_reason or stop
         calls = tuple(ToolCall(**blocks[i]) for i in sorted(blocks))
-        return ModelOutput("".join(text_parts), calls, Usage(input_tokens, output_tokens, cached), stop)
+        return ModelOutput(
+            "".join(text_parts), calls, Usage(input_tokens, output_tokens, cached), stop
+        )

@@ -60,7 +60,9 @@ def behaviour_of(item: ContextAdded) -> Behaviour:
         return "none"
     if item.role == "user":
         return "after-current-request"
-    if item.role == "developer" and not (item.actor is not None and item.actor.type in ("agent", "tool")):
+    if item.role == "developer" and not (
+        item.actor is not None and item.actor.type in ("agent", "tool")
+    ):
         return "after-current-request"
     return "none"
 
@@ -70,7 +72,11 @@ def kind_of(item: ContextAdded) -> TriggerKind:
     feedback (scripts, tools, agents, the platform)."""
     if item.role == "user" or (item.actor is not None and item.actor.type == "user"):
         return "user"
-    if is_external(item.actor) and item.actor is not None and item.actor.type not in ("script", "tool"):
+    if (
+        is_external(item.actor)
+        and item.actor is not None
+        and item.actor.type not in ("script", "tool")
+    ):
         return "integration"
     return "feedback"
 
@@ -145,7 +151,9 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     if ev.payload.request_offset != state.last_request:
         return state
     calls = ev.payload.tool_calls
-    return state.model_copy(update={"answered": True, "outstanding": calls, "continuation": bool(calls)})
+    return state.model_copy(
+        update={"answered": True, "outstanding": calls, "continuation": bool(calls)}
+    )
 
 
 @Scheduler.on(ToolCallResult)
@@ -163,7 +171,9 @@ def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> 
 
 @Scheduler.on(AgentHalted)
 def _halted(state: SchedulerState, ev: Envelope[AgentHalted]) -> SchedulerState:
-    return state.model_copy(update={"halted": ev.payload.reason, "continuation": False, "pending": ()})
+    return state.model_copy(
+        update={"halted": ev.payload.reason, "continuation": False, "pending": ()}
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,15 +218,25 @@ def decide(sched: SchedulerState, context: AgentContextState, budgets: TurnBudge
         return Decision("idle", f"halted ({sched.halted}) until a user or integration item")
     if waking:
         if not context.has_system_prompt:
-            return Decision("queued", "waiting for the agent/system-prompt item (distributed birth)")
+            return Decision(
+                "queued", "waiting for the agent/system-prompt item (distributed birth)"
+            )
         kind = max((t.kind for t in waking), key=_STRENGTH.__getitem__)
         if kind == "feedback" and sched.autonomous_streak >= budgets.breaker:
-            return Decision("halt", f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row", kind)
+            return Decision(
+                "halt",
+                f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row",
+                kind,
+            )
         return Decision("request", f"{len(waking)} new item(s), {kind}", kind)
     if sched.continuation:
         if sched.autonomous_streak >= budgets.breaker:
-            return Decision("halt", f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row")
+            return Decision(
+                "halt", f"circuit breaker: {sched.autonomous_streak} autonomous requests in a row"
+            )
         if sched.turn_steps >= budgets.of(sched.turn_kind):
-            return Decision("halt", f"turn budget: {sched.turn_steps} requests for one {sched.turn_kind} turn")
+            return Decision(
+                "halt", f"turn budget: {sched.turn_steps} requests for one {sched.turn_kind} turn"
+            )
         return Decision("request", "continuing after tool results", "feedback")
     return Decision("idle", "nothing to do")

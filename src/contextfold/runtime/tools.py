@@ -41,13 +41,17 @@ class Tool:
     fn: Callable[..., Any]
 
     @classmethod
-    def from_function(cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None) -> Tool:
+    def from_function(
+        cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+    ) -> Tool:
         """A tool from a function with type-annotated parameters; the docstring describes it."""
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(f"tool {fn.__name__}: *args/**kwargs cannot be described to a model")
+                raise TypeError(
+                    f"tool {fn.__name__}: *args/**kwargs cannot be described to a model"
+                )
             annotation = hints.get(param.name, Any)
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, default)
@@ -69,7 +73,9 @@ class Tool:
             raw = json.loads(call.arguments) if call.arguments.strip() else {}
             args = self.arguments.model_validate(raw)
         except (ValueError, ValidationError) as exc:
-            return ToolOutcome(call.id, self.name, f"invalid arguments for {self.name}: {exc}", True)
+            return ToolOutcome(
+                call.id, self.name, f"invalid arguments for {self.name}: {exc}", True
+            )
         try:
             result = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
             if inspect.isawaitable(result):
@@ -110,7 +116,7 @@ class Toolbox:
         tool = self._tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self._tools)) or "none"
-            return ToolOutcome(call.id, call.name, f"unknown tool {call.name!r}; available: {known}", True)
+            return ToolOutcome(
+                call.id, call.name, f"unknown tool {call.name!r}; available: {known}", True
+            )
         return await tool.call(call)
-
-

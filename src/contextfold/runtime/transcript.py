@@ -55,32 +55,65 @@ class TranscriptObserver:
     async def _delta(self, offset: int, kind: str, text: str, **_: Any) -> None:
         if kind == "text":
             message, _step, part = self._ids(offset)
-            await self.writer.publish(TextDelta(session=self.session, message_id=message, part_id=part, delta=text))
+            await self.writer.publish(
+                TextDelta(session=self.session, message_id=message, part_id=part, delta=text)
+            )
 
     async def _response(self, offset: int, output: Any, **_: Any) -> None:
         message, step, text = self._ids(offset)
         now, s, w = self.clock(), self.session, self.writer
-        await w.publish(TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text))
+        await w.publish(
+            TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text)
+        )
         for call in output.tool_calls:
             self._open[call.id] = offset
-            await w.publish(ToolStateChanged(
-                session=s, message_id=message, part_id=f"tool-{call.id}", call_id=call.id,
-                tool=call.name, state="pending", time=now,
-            ))
-        usage = PartUsage(input=output.usage.input_tokens, output=output.usage.output_tokens,
-                          cache_read=output.usage.cached_input_tokens)
-        await w.publish(StepFinished(session=s, message_id=message, part_id=step, time=now,
-                                     reason=output.finish_reason, usage=usage))
+            await w.publish(
+                ToolStateChanged(
+                    session=s,
+                    message_id=message,
+                    part_id=f"tool-{call.id}",
+                    call_id=call.id,
+                    tool=call.name,
+                    state="pending",
+                    time=now,
+                )
+            )
+        usage = PartUsage(
+            input=output.usage.input_tokens,
+            output=output.usage.output_tokens,
+            cache_read=output.usage.cached_input_tokens,
+        )
+        await w.publish(
+            StepFinished(
+                session=s,
+                message_id=message,
+                part_id=step,
+                time=now,
+                reason=output.finish_reason,
+                usage=usage,
+            )
+        )
         if not output.tool_calls:
-            await w.publish(MessageFinished(session=s, message_id=message, time=now, finish=output.finish_reason))
+            await w.publish(
+                MessageFinished(
+                    session=s, message_id=message, time=now, finish=output.finish_reason
+                )
+            )
 
     async def _tool_start(self, call: Any, **_: Any) -> None:
         offset = self._open.get(call.id)
         if offset is not None:
-            await self.writer.publish(ToolStateChanged(
-                session=self.session, message_id=self._ids(offset)[0], part_id=f"tool-{call.id}",
-                call_id=call.id, tool=call.name, state="running", time=self.clock(),
-            ))
+            await self.writer.publish(
+                ToolStateChanged(
+                    session=self.session,
+                    message_id=self._ids(offset)[0],
+                    part_id=f"tool-{call.id}",
+                    call_id=call.id,
+                    tool=call.name,
+                    state="running",
+                    time=self.clock(),
+                )
+            )
 
     async def _tool_end(self, call: Any, outcome: Any, **_: Any) -> None:
         offset = self._open.pop(call.id, None)
@@ -88,20 +121,37 @@ class TranscriptObserver:
             return
         message = self._ids(offset)[0]
         state = "error" if outcome.is_error else "completed"
-        await self.writer.publish(ToolStateChanged(
-            session=self.session, message_id=message, part_id=f"tool-{call.id}", call_id=call.id,
-            tool=call.name, state=state, time=self.clock(),
-            output=None if outcome.is_error else outcome.output,
-            error=outcome.output if outcome.is_error else None,
-        ))
+        await self.writer.publish(
+            ToolStateChanged(
+                session=self.session,
+                message_id=message,
+                part_id=f"tool-{call.id}",
+                call_id=call.id,
+                tool=call.name,
+                state=state,
+                time=self.clock(),
+                output=None if outcome.is_error else outcome.output,
+                error=outcome.output if outcome.is_error else None,
+            )
+        )
         if not any(o == offset for o in self._open.values()):
-            await self.writer.publish(MessageFinished(session=self.session, message_id=message, time=self.clock(), finish="tool-calls"))
+            await self.writer.publish(
+                MessageFinished(
+                    session=self.session, message_id=message, time=self.clock(), finish="tool-calls"
+                )
+            )
 
     async def _interrupted(self, offset: int, **_: Any) -> None:
         message = self._ids(offset)[0]
-        await self.writer.publish(MessageFinished(
-            session=self.session, message_id=message, time=self.clock(), finish="interrupted", error="interrupted"
-        ))
+        await self.writer.publish(
+            MessageFinished(
+                session=self.session,
+                message_id=message,
+                time=self.clock(),
+                finish="interrupted",
+                error="interrupted",
+            )
+        )
 
     async def _compaction(self, offset: int, summary: str, **_: Any) -> None:
         # Seed 001's boundary: a user message carrying the compaction part, answered by an
@@ -109,9 +159,32 @@ class TranscriptObserver:
         asked, answer = f"compaction-{offset}", f"summary-{offset}"
         now, s, w = self.clock(), self.session, self.writer
         await w.publish(MessageStarted(session=s, message_id=asked, role="user", time=now))
-        await w.publish(CompactionRequested(session=s, message_id=asked, part_id=f"compaction-part-{offset}", auto=True))
+        await w.publish(
+            CompactionRequested(
+                session=s, message_id=asked, part_id=f"compaction-part-{offset}", auto=True
+            )
+        )
         await w.publish(MessageFinished(session=s, message_id=asked, time=now, finish="stop"))
-        await w.publish(MessageStarted(session=s, message_id=answer, role="assistant", time=now, parent_id=asked, summary=True))
-        await w.publish(TextStart(session=s, message_id=answer, part_id=f"summary-text-{offset}", time=now))
-        await w.publish(TextEnd(session=s, message_id=answer, part_id=f"summary-text-{offset}", time=now, text=summary))
+        await w.publish(
+            MessageStarted(
+                session=s,
+                message_id=answer,
+                role="assistant",
+                time=now,
+                parent_id=asked,
+                summary=True,
+            )
+        )
+        await w.publish(
+            TextStart(session=s, message_id=answer, part_id=f"summary-text-{offset}", time=now)
+        )
+        await w.publish(
+            TextEnd(
+                session=s,
+                message_id=answer,
+                part_id=f"summary-text-{offset}",
+                time=now,
+                text=summary,
+            )
+        )
         await w.publish(MessageFinished(session=s, message_id=answer, time=now, finish="stop"))

@@ -34,7 +34,7 @@ JSON_SAMPLES: tuple[Any, ...] = (
     {},
     [],
     {"empty": {}, "list": [], "null": None, "t": True, "f": False},
-    {"text": "héllo wörld ✓ 日本語 🚀 \u0000 \u2028 \"quoted\" \\ back"},
+    {"text": 'héllo wörld ✓ 日本語 🚀 \u0000 \u2028 "quoted" \\ back'},
     {"ints": [0, 1, -1, 2**31, 2**53 + 1, 2**63 - 1, -(2**63), 2**64 - 1]},
     {"floats": [0.1, -2.5, 1e308, 5e-324, 1.7976931348623157e308, 123456789.123456789]},
     {"deep": [[[[[[[[[[[[[[[[[[[[{"x": 1}]]]]]]]]]]]]]]]]]]]]},
@@ -116,7 +116,10 @@ class StoreContract:
     def test_concurrent_appends_leave_no_gap(self) -> None:
         async def t(j: Journal) -> None:
             results = await asyncio.gather(
-                *(j.append("s", [RawEvent("e", {"w": w, "k": k}) for k in range(3)]) for w in range(20))
+                *(
+                    j.append("s", [RawEvent("e", {"w": w, "k": k}) for k in range(3)])
+                    for w in range(20)
+                )
             )
             page = await j.read("s")
             assert [e.position for e in page.events] == list(range(1, 61))
@@ -168,7 +171,11 @@ class StoreContract:
             )
             await j.append("s", RawEvent("checkpoint", {}), channels=())
             a, b = (await j.read("s")).events
-            assert (a.meta.run_id, a.meta.actor, a.meta.channels) == ("run-1", "webhook", ("main", "client"))
+            assert (a.meta.run_id, a.meta.actor, a.meta.channels) == (
+                "run-1",
+                "webhook",
+                ("main", "client"),
+            )
             assert a.meta.idempotency_key == "k1" and a.meta.event_id and a.meta.time
             assert b.meta.channels == () and b.meta.run_id is None
             assert a.namespace == j.namespace and a.stream == "s"
@@ -221,13 +228,17 @@ class StoreContract:
                     break
             assert seen == list(range(10_000))
             assert pages == 31
-            assert [e.position async for e in j.read_all("big", page_size=4000)] == list(range(1, 10_001))
+            assert [e.position async for e in j.read_all("big", page_size=4000)] == list(
+                range(1, 10_001)
+            )
 
         self.run(t)
 
     def test_read_filters_types(self) -> None:
         async def t(j: Journal) -> None:
-            await j.append("s", [RawEvent("a", {"i": 1}), RawEvent("b", {"i": 2}), RawEvent("a", {"i": 3})])
+            await j.append(
+                "s", [RawEvent("a", {"i": 1}), RawEvent("b", {"i": 2}), RawEvent("a", {"i": 3})]
+            )
             page = await j.read("s", types=["a"])
             assert [e.payload["i"] for e in page.events] == [1, 3]
 
@@ -243,7 +254,10 @@ class StoreContract:
             await j.append("s", RawEvent("e", {"between": True}))
             retry = await j.append("s", batch, idempotency_key="req-1")
             assert not first.deduplicated and retry.deduplicated
-            assert (retry.first_position, retry.last_position) == (first.first_position, first.last_position)
+            assert (retry.first_position, retry.last_position) == (
+                first.first_position,
+                first.last_position,
+            )
             assert retry.cursor == first.cursor
             assert await j.version("s") == 4
             try:
@@ -313,7 +327,11 @@ class StoreContract:
             await j.append("chat/1", RawEvent("e", {}))
             infos = await j.list_streams()
             assert [(s.stream, s.version) for s in infos] == [
-                ("chat%x", 1), ("chat/1", 2), ("chat/2", 1), ("chat_y", 1), ("other", 1)
+                ("chat%x", 1),
+                ("chat/1", 2),
+                ("chat/2", 1),
+                ("chat_y", 1),
+                ("other", 1),
             ]
             assert [s.stream for s in await j.list_streams(prefix="chat/")] == ["chat/1", "chat/2"]
             assert [s.stream for s in await j.list_streams(prefix="chat%")] == ["chat%x"]
@@ -323,7 +341,9 @@ class StoreContract:
 
     def test_latest_of_types(self) -> None:
         async def t(j: Journal) -> None:
-            await j.append("s", [RawEvent("cp", {"n": 1}), RawEvent("e", {}), RawEvent("cp", {"n": 2})])
+            await j.append(
+                "s", [RawEvent("cp", {"n": 1}), RawEvent("e", {}), RawEvent("cp", {"n": 2})]
+            )
             await j.append("s", RawEvent("e", {}))
             (newest,) = await j.latest("s", ["cp"])
             assert newest.payload == {"n": 2}
@@ -350,7 +370,10 @@ class StoreContract:
                 (j.append("s", RawEvent("e", {"o": object()})), PayloadError),
                 (j.append("s", RawEvent("e", {"big": 2**70})), PayloadError),
                 (j.append("s", RawEvent("e", {1: "non-str key"})), PayloadError),
-                (j.append("s", RawEvent("e", {"x": "y" * (j.max_payload_bytes + 1)})), PayloadError),
+                (
+                    j.append("s", RawEvent("e", {"x": "y" * (j.max_payload_bytes + 1)})),
+                    PayloadError,
+                ),
             ]
             for call, error in bad_calls:
                 try:

@@ -180,4 +180,3 @@ class MemoryStore(Store):
         return poll_subscribe(
             self, self._wakeups, namespace, stream, after=after, poll_interval=poll_interval
         )
-

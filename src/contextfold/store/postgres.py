@@ -25,7 +25,7 @@ from psycopg.rows import AsyncRowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from ..errors import InvalidInputError, StoreError, StoreUnavailableError
-from ..events import EventMeta, NewEvent, StoredEvent
+from ..events import NewEvent, StoredEvent
 from .base import (
     AppendResult,
     ReadResult,

@@ -70,7 +70,10 @@ CREATE TABLE IF NOT EXISTS cf_idempotency (
 ) WITHOUT ROWID;
 """
 
-_COLUMNS = "global_position, position, type, data, event_id, time, run_id, actor, idempotency_key, channels"
+_COLUMNS = (
+    "global_position, position, type, data, event_id, time, run_id, actor, idempotency_key,"
+    " channels"
+)
 _CHANNEL_SEP = "\x1f"
 
 
@@ -78,7 +81,9 @@ class SQLiteStore(Store):
     """A store in one SQLite file (WAL). ``synchronous`` trades power-loss safety for speed:
     ``"NORMAL"`` (default) survives a killed process, ``"FULL"`` also a power cut."""
 
-    def __init__(self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0):
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0
+    ):
         if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
         self.path = str(path)
@@ -106,7 +111,9 @@ class SQLiteStore(Store):
         if self._closed:
             raise StoreUnavailableError(f"the journal at {self.url} is closed")
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="contextfold-sqlite")
+            self._executor = ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="contextfold-sqlite"
+            )
             await asyncio.get_running_loop().run_in_executor(self._executor, self._connect)
         conn = self._conn
 
@@ -174,7 +181,8 @@ class SQLiteStore(Store):
                 raise wrong_version(stream, expected_version, version)
             conn.executemany(
                 "INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time,"
-                " run_id, actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " run_id, actor, idempotency_key, channels)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         namespace,
@@ -234,7 +242,10 @@ class SQLiteStore(Store):
             elif target is None:
                 start = None
             reset = start is None
-            sql = f"SELECT {_COLUMNS} FROM cf_events WHERE namespace = ? AND stream = ? AND position > ?"
+            sql = (
+                f"SELECT {_COLUMNS} FROM cf_events"
+                " WHERE namespace = ? AND stream = ? AND position > ?"
+            )
             args: list[Any] = [namespace, stream, start or 0]
             if types is not None:
                 sql += f" AND type IN ({','.join('?' * len(types))})"
@@ -288,7 +299,8 @@ class SQLiteStore(Store):
 
         def work(conn: sqlite3.Connection) -> bool:
             row = conn.execute(
-                "SELECT 1 FROM cf_events WHERE global_position = ? AND namespace = ? AND stream = ?",
+                "SELECT 1 FROM cf_events"
+                " WHERE global_position = ? AND namespace = ? AND stream = ?",
                 (target, namespace, stream),
             ).fetchone()
             return row is not None
@@ -311,7 +323,9 @@ class SQLiteStore(Store):
             found = conn.execute(
                 "DELETE FROM cf_streams WHERE namespace = ? AND stream = ?", (namespace, stream)
             ).rowcount
-            conn.execute("DELETE FROM cf_events WHERE namespace = ? AND stream = ?", (namespace, stream))
+            conn.execute(
+                "DELETE FROM cf_events WHERE namespace = ? AND stream = ?", (namespace, stream)
+            )
             conn.execute(
                 "DELETE FROM cf_idempotency WHERE namespace = ? AND stream = ?", (namespace, stream)
             )

@@ -61,7 +61,9 @@ async def compact_with_view(
             reason="unsupported",
         )
     if not fold.can_compact:
-        raise FoldCompactionError(f"fold {fold.name} is run-scoped and cannot compact", reason="unsupported")
+        raise FoldCompactionError(
+            f"fold {fold.name} is run-scoped and cannot compact", reason="unsupported"
+        )
     state, cursor = await reader.read_with_cursor(fold, namespace, stream)
     if view(state, budget=budget).fits:
         return CompactResult(False, state, 0)
@@ -78,7 +80,9 @@ async def compact_with_view(
             reason="summarize-failed",
         ) from exc
     new_state: SegmentedState[Any, Any] = SegmentedState(cut.kept, summary)
-    after = await reader.publish_checkpoint(fold, namespace, stream, new_state, cursor, append=append)
+    after = await reader.publish_checkpoint(
+        fold, namespace, stream, new_state, cursor, append=append
+    )
     return CompactResult(True, after, len(cut.older))
 
 

@@ -14,7 +14,7 @@ __all__ = ["KeepFrom", "drop_oldest", "elide", "from_newest", "newest"]
 KeepFrom = Callable[[Sequence[Segment[Any]]], int]
 
 
-class elide:  # noqa: N801 - used like a function: cf.elide(keep_newest=4, map=â€¦)
+class elide:
     """Transform the data of segments older than the newest ``keep_newest`` (that match
     ``where``), e.g. shorten old tool outputs. Never removes a segment. Memoized per
     segment: ``map`` runs once per segment, and its elided form is counted once."""
@@ -23,7 +23,7 @@ class elide:  # noqa: N801 - used like a function: cf.elide(keep_newest=4, map=â
         self,
         *,
         keep_newest: int,
-        map: Callable[[Any], Any],  # noqa: A002 - the seed's name for it
+        map: Callable[[Any], Any],
         where: Callable[[Segment[Any]], bool] | None = None,
     ) -> None:
         if not isinstance(keep_newest, int) or keep_newest < 0:
@@ -46,7 +46,7 @@ class elide:  # noqa: N801 - used like a function: cf.elide(keep_newest=4, map=â
                 data = self.map(segment.data)
                 elided = segment if data is segment.data else Segment(segment.id, data)
             memo[self._key] = elided
-        return elided  # type: ignore[no-any-return]
+        return elided
 
     def apply_lazy(self, work: Work, limit: float) -> None:
         work.elisions.append(self)
@@ -55,7 +55,7 @@ class elide:  # noqa: N801 - used like a function: cf.elide(keep_newest=4, map=â
         raise TypeError("elide is applied by a ContextView")
 
 
-class drop_oldest:  # noqa: N801
+class drop_oldest:
     """Drop whole segments, oldest first, until the state fits; never those from
     ``keep_from(segments)`` on. The summary is never dropped."""
 

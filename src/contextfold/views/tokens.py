@@ -52,7 +52,9 @@ class TiktokenCounter:
         try:
             import tiktoken
         except ImportError as exc:  # pragma: no cover - depends on extras
-            raise ImportError("TiktokenCounter needs tiktoken: pip install 'contextfold[tiktoken]'") from exc
+            raise ImportError(
+                "TiktokenCounter needs tiktoken: pip install 'contextfold[tiktoken]'"
+            ) from exc
         self.encoding = tiktoken.get_encoding(encoding) if isinstance(encoding, str) else encoding
 
     def __call__(self, value: Any) -> int:

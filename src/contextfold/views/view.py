@@ -29,7 +29,9 @@ def check_budget(budget: object, *, name: str = "budget", allow_zero: bool = Fal
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or math.isnan(budget):
         raise ValueError(f"{name} must be a positive number of tokens or math.inf, got {budget!r}")
     if budget < 0 or (budget == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {budget!r}")
+        raise ValueError(
+            f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {budget!r}"
+        )
     return float(budget)
 
 
@@ -166,7 +168,9 @@ class ContextView(Generic[S]):
                 "it has no segments to count"
             )
         if self.segmented and measure is not None:
-            raise TypeError("measure= is for plain folds; a segmented view counts segments (count=)")
+            raise TypeError(
+                "measure= is for plain folds; a segmented view counts segments (count=)"
+            )
         self._count = count or approx_tokens
         self.count_summary = count_summary or approx_tokens
         self.measure = measure
@@ -181,7 +185,7 @@ class ContextView(Generic[S]):
         tokens = memo.get(self._key)
         if tokens is None:
             tokens = memo[self._key] = self._count(segment)
-        return tokens  # type: ignore[no-any-return]
+        return tokens
 
     def __call__(self, state: S, *, budget: float) -> ViewResult[S]:
         limit = check_budget(budget)
@@ -198,7 +202,9 @@ class ContextView(Generic[S]):
                 lazy(work, limit)
             else:
                 current = work.state()
-                ctx = StrategyContext(limit, tokens if exact else work.tokens_upto(math.inf)[0], self.count)
+                ctx = StrategyContext(
+                    limit, tokens if exact else work.tokens_upto(math.inf)[0], self.count
+                )
                 changed = strategy(current, ctx)
                 if changed is not current:
                     if not isinstance(changed, SegmentedState):
@@ -223,10 +229,17 @@ class ContextView(Generic[S]):
             tokens = self.measure(state)
         return ViewResult(state, tokens, limit, tokens > limit, ())
 
-    def split(self, state: SegmentedState[Any, Any], *, keep_tokens: float, keep_from: Callable[[Sequence[Segment[Any]]], int] | None = None) -> SplitResult:
+    def split(
+        self,
+        state: SegmentedState[Any, Any],
+        *,
+        keep_tokens: float,
+        keep_from: Callable[[Sequence[Segment[Any]]], int] | None = None,
+    ) -> SplitResult:
         """Cut ``state`` for a compaction: ``kept`` are the newest whole segments whose tokens
         fit ``keep_tokens`` (and always those from ``keep_from(segments)`` on), stopping at the
-        first that does not fit; ``older`` the rest. No strategy runs; the summary does not count."""
+        first that does not fit; ``older`` the rest. No strategy runs; the summary does not
+        count."""
         if not self.segmented:
             raise TypeError("split needs a view of a segmented fold")
         limit = check_budget(keep_tokens, name="keep_tokens", allow_zero=True)
@@ -253,13 +266,12 @@ class _Custom(Work):
     """Work after a custom strategy replaced the state: dropped ids are computed eagerly."""
 
     __slots__ = ("dropped",)
+    dropped: tuple[str, ...]
 
 
 def _rebased(view: ContextView[Any], work: Work, changed: SegmentedState[Any, Any]) -> Work:
     before = [work.segments[i].id for i in range(len(work.segments))]
-    dropped = list(getattr(work, "dropped", [])) + [
-        sid for sid in before[: work.start]
-    ]
+    dropped = list(getattr(work, "dropped", [])) + [sid for sid in before[: work.start]]
     remaining = {s.id for s in changed.segments}
     dropped += [sid for sid in before[work.start :] if sid not in remaining]
     new = _Custom(view, changed)
