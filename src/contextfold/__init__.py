@@ -28,6 +28,7 @@ from .context import (
 )
 from .context.rebuild import RequestDrift, RequestRecorded, rebuild_request, verify_requests
 from .errors import (
+    BusOverflowError,
     ConflictError,
     ContextfoldError,
     CorruptEventError,
@@ -104,6 +105,7 @@ __all__ = [
     "AgentHalted",
     "AnthropicModel",
     "AppendResult",
+    "BusOverflowError",
     "CompactResult",
     "CompactionMeta",
     "ConflictError",

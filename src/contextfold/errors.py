@@ -18,12 +18,14 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     ├── FoldDefinitionError
     ├── FoldCompactionError
     ├── RenderError
-    └── RebuildError                a recorded request cannot be rebuilt
+    ├── RebuildError                a recorded request cannot be rebuilt
+    └── BusOverflowError            a live subscriber fell too far behind and was cut off
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BusOverflowError",
     "ConflictError",
     "ContextfoldError",
     "CorruptEventError",
@@ -133,3 +135,14 @@ class RenderError(ContextfoldError, ValueError):
 
 class RebuildError(ContextfoldError):
     """A recorded request could not be rebuilt from the journal."""
+
+
+class BusOverflowError(ContextfoldError):
+    """A subscriber fell more than ``maxsize`` events behind and was cut off.
+
+    The events after the cut are lost to it: re-read the rows and subscribe again.
+    """
+
+    def __init__(self, message: str, *, session: str) -> None:
+        super().__init__(message)
+        self.session = session

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from .. import canonical
-from ..errors import ContextfoldError, InvalidInputError
+from ..errors import BusOverflowError, InvalidInputError
 from .parts import Message, Part
 
 __all__ = [
@@ -40,17 +40,6 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PENDING = 10_000
-
-
-class BusOverflowError(ContextfoldError):
-    """A subscriber fell more than ``maxsize`` events behind and was cut off.
-
-    The events after the cut are lost to it: re-read the rows and subscribe again.
-    """
-
-    def __init__(self, message: str, *, session: str) -> None:
-        super().__init__(message)
-        self.session = session
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
