@@ -179,17 +179,20 @@ class Agent:
         return report
 
     async def serve(self, *, poll_interval: float = 0.05) -> None:
-        """Run forever: after each idle point, wait for the next event on the stream."""
+        """Run forever: run until idle, then sleep until anything is appended to the stream.
+
+        The head is taken before each run, so an item appended while the run ends still
+        wakes the next one (the agent's own appends wake it once, harmlessly).
+        """
         cursor: str | None = None
         while True:
+            async for event in self.journal.read_all(self.stream, after=cursor):
+                cursor = event.cursor
             await self.run_until_idle()
-            page = await self.journal.read(self.stream, after=cursor)
-            cursor = page.cursor
             async for _ in self.journal.subscribe(
                 self.stream, after=cursor, poll_interval=poll_interval
             ):
                 break
-            cursor = (await self.journal.read(self.stream, after=cursor)).cursor
 
     # -- one request --------------------------------------------------------------------------
 

@@ -1,0 +1,38 @@
+"""``Agent.serve``: a long-running agent answers items appended while it waits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import contextfold as cf
+
+
+async def test_serve_answers_items_appended_while_it_waits() -> None:
+    journal = cf.open_journal("memory://")
+    answered: list[str] = []
+
+    def model(request: cf.NeutralRequest) -> str:
+        answered.append(request.messages[-2].content.splitlines()[-1])
+        return f"answer {len(answered)}"
+
+    agent = cf.Agent(journal, "s", cf.FunctionModel(model))
+    await journal.append("s", cf.system_prompt("Be brief."))
+    task = asyncio.create_task(agent.serve(poll_interval=0.01))
+    try:
+        for question in ("first?", "second?", "third?"):
+            await journal.append("s", cf.ContextAdded(role="user", content=question))
+            for _ in range(500):
+                if question in answered:
+                    break
+                await asyncio.sleep(0.01)
+        assert answered == ["first?", "second?", "third?"]
+        state = await journal.fold(cf.AgentContext, "s")
+        assert [i.content for i in state.history if i.role == "assistant"] == [
+            "answer 1",
+            "answer 2",
+            "answer 3",
+        ]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await journal.close()
