@@ -115,21 +115,28 @@ class _Printer:
     def __init__(self, console: Console, journal: Any, stream: str) -> None:
         self.console, self.journal, self.stream = console, journal, stream
         self.build = 0
+        self.previous = b""
 
     async def on_event(self, name: str, **data: Any) -> None:
         out = self.console
         if name == "request":
             rendered = data["rendered"]
+            body: bytes = rendered.body
+            reuse = ""
+            if self.previous:
+                shared = len(os.path.commonprefix([self.previous, body]))  # noqa: RUF071 - bytes, not paths
+                reuse = f", starts with {shared / len(self.previous):.0%} of the previous body"
+            self.previous = body
             out.print(
                 f"  [cyan]→ request @{data['offset']}[/] {rendered.transport}, "
-                f"{len(rendered.body)} bytes, sha256 {rendered.sha256[:12]}…"
+                f"{len(body)} bytes, sha256 {rendered.sha256[:12]}…{reuse}"
             )
         elif name == "response":
             output = data["output"]
             calls = ", ".join(f"{c.name}({c.arguments})" for c in output.tool_calls)
-            text = output.text.splitlines()[0] if output.text else ""
+            text = " / ".join(line.strip() for line in output.text.splitlines()[:2])
             out.print(
-                f"  [green]← answer[/] {text[:90]}"
+                f"  [green]← answer[/] {text[:110]}"
                 + (f"  [yellow]calls[/] {calls}" if calls else "")
             )
         elif name == "tool-start":
@@ -201,7 +208,7 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
             prefix=prefix,
             max_tokens=512,
             observer=Observers(printer, rows),
-            compaction_threshold=0.3,
+            compaction_threshold=0.4,
         )
 
         # Distributed birth: the first question arrives before the system prompt.
