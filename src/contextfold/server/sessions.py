@@ -7,14 +7,12 @@ opens ``/live`` *before* it starts a turn (or the first deltas are gone), then r
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..errors import InvalidInputError
-from ..transcript.bus import TranscriptBus, encode_bus_event
+from ..transcript.bus import Subscription, TranscriptBus, encode_bus_event
 from ..transcript.history import compacted_history
 from ..transcript.parts import MessageWithParts
 from ..transcript.persist import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, TranscriptStore, check_session
@@ -93,13 +91,22 @@ class SessionRoutes:
         namespace = request_namespace(request, self.default_namespace)
         session = check_session(request.path_params["session"])
         # Subscribed before the response starts: nothing published after this is missed.
-        subscription = self.bus.subscribe(session, namespace=namespace)
+        frames = _BusFrames(self.bus.subscribe(session, namespace=namespace))
+        return EventStreamResponse(frames, heartbeat=self.heartbeat)
 
-        async def frames() -> AsyncIterator[SSEMessage]:
-            try:
-                async for event in subscription:
-                    yield SSEMessage(encode_bus_event(event).decode())
-            finally:
-                subscription.close()
 
-        return EventStreamResponse(frames(), heartbeat=self.heartbeat)
+class _BusFrames:
+    """A bus subscription as SSE messages; closing it (even unstarted) unsubscribes."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+
+    def __aiter__(self) -> _BusFrames:
+        return self
+
+    async def __anext__(self) -> SSEMessage:
+        event = await self.subscription.__anext__()
+        return SSEMessage(encode_bus_event(event).decode())
+
+    async def aclose(self) -> None:
+        self.subscription.close()

@@ -37,7 +37,8 @@ _HEARTBEAT = b": heartbeat\n\n"
 
 @dataclass(frozen=True, slots=True)
 class SSEMessage:
-    """One SSE frame. ``data`` may hold line breaks (each line becomes a ``data:`` line)."""
+    """One SSE frame. ``data`` may hold line breaks (each line becomes a ``data:`` line;
+    a client joins them with LF)."""
 
     data: str
     id: str | None = None
@@ -54,7 +55,9 @@ class SSEMessage:
             if any(ch in value for ch in "\r\n\0"):
                 raise ValueError(f"SSE {name} {value!r} must not contain CR, LF or NUL")
             lines.append(f"{name}: {value}")
-        lines.extend(f"data: {line}" for line in self.data.replace("\r\n", "\n").split("\n"))
+        # SSE ends a line at CR, LF or CRLF: each becomes its own data: line.
+        text = self.data.replace("\r\n", "\n").replace("\r", "\n")
+        lines.extend(f"data: {line}" for line in text.split("\n"))
         return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -68,14 +71,12 @@ class EventStreamResponse(Response):
         source: AsyncIterable[SSEMessage],
         *,
         heartbeat: float = DEFAULT_HEARTBEAT,
-        retry_ms: int | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
         if heartbeat <= 0:
             raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
         self.source = source
         self.heartbeat = heartbeat
-        self.retry_ms = retry_ms
         self.status_code = 200
         self.background = None
         # no-cache and no proxy buffering: every frame must reach the client as it is sent
@@ -85,57 +86,65 @@ class EventStreamResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        first = (
-            b": stream open\n\n"
-            if self.retry_ms is None
-            else f"retry: {self.retry_ms}\n\n".encode()
-        )
+        if scope.get("method") == "HEAD":
+            await aclose_iterator(self.source)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
+        writer = _Writer(send)
         try:
-            await send({"type": "http.response.body", "body": first, "more_body": True})
+            await writer.write(b": stream open\n\n")  # headers and a first byte, at once
             async with anyio.create_task_group() as group:
-                group.start_soon(self._watch_disconnect, receive, group)
-                await self._pump(send, group)
+                group.start_soon(_watch_disconnect, receive, group)
+                group.start_soon(writer.heartbeats, self.heartbeat)
+                await self._pump(writer)
                 group.cancel_scope.cancel()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
+        except* OSError:
             pass  # the client went away mid-write: nothing left to tell it
 
-    @staticmethod
-    async def _watch_disconnect(receive: Receive, group: TaskGroup) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        group.cancel_scope.cancel()
-
-    async def _pump(self, send: Send, group: TaskGroup) -> None:
-        # The source runs in its own task and hands frames over a channel, so waiting for
-        # a frame can time out (heartbeat) without cancelling the source mid-step.
-        sender, frames = anyio.create_memory_object_stream[bytes](0)
-        group.start_soon(self._produce, sender)
-        async with frames:
-            while True:
-                with anyio.move_on_after(self.heartbeat) as waited:
-                    try:
-                        frame = await frames.receive()
-                    except anyio.EndOfStream:
-                        return
-                if waited.cancelled_caught:
-                    frame = _HEARTBEAT
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-
-    async def _produce(self, sender: anyio.abc.ObjectSendStream[bytes]) -> None:
+    async def _pump(self, writer: _Writer) -> None:
+        # Frames are written by this task as they come; heartbeats by another task, so the
+        # source is never cancelled mid-step by a timeout (which could lose an event).
         iterator: AsyncIterator[SSEMessage] = aiter(self.source)
-        async with sender:
-            try:
-                async for message in iterator:
-                    await sender.send(message.encode())
-            except Exception as exc:
-                if not isinstance(exc, ContextfoldError):
-                    logger.error("event stream source failed", exc_info=exc)
-                data = canonical.dumps(error_body(exc)[1]).decode()
-                await sender.send(SSEMessage(data, event="error").encode())
-            finally:
-                with anyio.CancelScope(shield=True):
-                    await aclose_iterator(iterator)
+        try:
+            async for message in iterator:
+                await writer.write(message.encode())
+        except Exception as exc:
+            if not isinstance(exc, ContextfoldError):
+                logger.error("event stream source failed", exc_info=exc)
+            data = canonical.dumps(error_body(exc)[1]).decode()
+            await writer.write(SSEMessage(data, event="error").encode())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await aclose_iterator(iterator)
+
+
+class _Writer:
+    """Serialized body writes, remembering when the last one was sent."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._lock = anyio.Lock()
+        self._last = anyio.current_time()
+
+    async def write(self, body: bytes) -> None:
+        async with self._lock:
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            self._last = anyio.current_time()
+
+    async def heartbeats(self, interval: float) -> None:
+        while True:
+            idle = anyio.current_time() - self._last
+            if idle >= interval:
+                await self.write(_HEARTBEAT)
+            else:
+                await anyio.sleep(interval - idle)
+
+
+async def _watch_disconnect(receive: Receive, group: TaskGroup) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    group.cancel_scope.cancel()
 
 
 async def aclose_iterator(iterator: object) -> None:
