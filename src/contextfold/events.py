@@ -24,6 +24,7 @@ from . import canonical
 from .errors import CorruptEventError, EventDefinitionError, UnknownEventTypeError
 
 __all__ = [
+    "TYPE_NAME",
     "Envelope",
     "Event",
     "EventMeta",
@@ -36,7 +37,7 @@ __all__ = [
 
 E = TypeVar("E", bound="Event")
 
-_TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
+TYPE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 _REGISTRY: dict[str, type[Event]] = {}
 
 
@@ -56,7 +57,7 @@ class Event(BaseModel):
         if type is None:
             cls.event_type = ""
             return
-        if not isinstance(type, str) or not _TYPE_NAME.match(type):
+        if not isinstance(type, str) or not TYPE_NAME.match(type):
             raise EventDefinitionError(
                 f"{cls.__qualname__}: event type {type!r} must be 1-200 characters of letters, "
                 "digits and . _ : / @ + -, starting with a letter or digit"

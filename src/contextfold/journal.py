@@ -21,7 +21,7 @@ import orjson
 
 from . import canonical
 from .errors import InvalidInputError, PayloadError
-from .events import Event, EventMeta, NewEvent, RawEvent, StoredEvent
+from .events import TYPE_NAME, Event, EventMeta, NewEvent, RawEvent, StoredEvent
 from .folds.fold import FoldBase
 from .folds.reader import FoldCache, FoldReader
 from .folds.segmented import SegmentedFold
@@ -189,9 +189,10 @@ class Journal:
         for index, event in enumerate(events):
             if type(event) is RawEvent:
                 type_name = event.type
-                if not isinstance(type_name, str) or not type_name:
+                if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
                     raise InvalidInputError(
-                        f"events[{index}]: raw event type must be a non-empty str"
+                        f"events[{index}]: raw event type {type_name!r} must be 1-200 characters "
+                        "of letters, digits and . _ : / @ + -, starting with a letter or digit"
                     )
                 value = event.payload
             elif isinstance(event, Event):
