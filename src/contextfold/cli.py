@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
+from typing import Annotated
 
 try:
     import typer
@@ -13,16 +15,25 @@ except ImportError as exc:  # pragma: no cover - typer and rich are core depende
 
 __all__ = ["app", "main"]
 
-app = typer.Typer(help="contextfold: the context of LLM agents, from an append-only journal.")
+
+app = typer.Typer(
+    help="contextfold: the context of LLM agents, from an append-only journal.",
+    no_args_is_help=True,
+)
 console = Console()
+
+DEMO_DB = Path(".contextfold/demo.db")
+DEMO_URL = f"sqlite:///{DEMO_DB}"
+Url = Annotated[str, typer.Option(help="Journal URL: sqlite:///path.db, postgresql://…")]
+Stream = Annotated[str, typer.Argument(help="Stream name.")]
 
 
 @app.command()
 def demo(
-    db: Path = typer.Option(Path(".contextfold/demo.db"), help="SQLite journal file to use."),
-    fresh: bool = typer.Option(True, help="Start the demo stream from scratch."),
+    db: Annotated[Path, typer.Option(help="SQLite journal file to use.")] = DEMO_DB,
+    fresh: Annotated[bool, typer.Option(help="Start the demo stream from scratch.")] = True,
 ) -> None:
-    """Run the demo session on an embedded SQLite journal and show what happened."""
+    """Run the demo agent session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
 
     if not asyncio.run(run_demo(db, fresh=fresh, console=console)):
@@ -30,23 +41,75 @@ def demo(
 
 
 @app.command()
-def streams(url: str = typer.Argument("sqlite:///.contextfold/demo.db", help="Journal URL.")) -> None:
+def streams(url: Url = DEMO_URL) -> None:
     """List the streams of a journal with their versions."""
     from .journal import open_journal_sync
 
     with open_journal_sync(url) as journal:
         for info in journal.list_streams():
-            console.print(f"{info.stream}\t{info.version}")
+            console.print(f"{info.stream}\t{info.version}", markup=False)
+
+
+@app.command()
+def events(
+    stream: Stream,
+    url: Url = DEMO_URL,
+    after: Annotated[str | None, typer.Option(help="Cursor to read after.")] = None,
+    limit: Annotated[int, typer.Option(help="Most events to print.")] = 100,
+) -> None:
+    """Print a stream's events as JSON lines: position, type and payload."""
+    from .journal import open_journal_sync
+
+    with open_journal_sync(url) as journal:
+        page = journal.read(stream, after=after, limit=limit)
+        for event in page.events:
+            sys.stdout.write(f"{event.position}\t{event.type}\t{event.data.decode()}\n")
+
+
+@app.command()
+def rebuild(
+    stream: Stream,
+    offset: Annotated[int, typer.Argument(help="Offset (@N) of the request event.")],
+    url: Url = DEMO_URL,
+) -> None:
+    """Print the exact body of a recorded model request, rebuilt from the journal."""
+    from .context.rebuild import rebuild_request
+    from .journal import open_journal
+
+    async def run() -> bytes:
+        async with open_journal(url) as journal:
+            return (await rebuild_request(journal, stream, offset)).body
+
+    sys.stdout.write(asyncio.run(run()).decode() + "\n")
+
+
+@app.command()
+def verify(stream: Stream, url: Url = DEMO_URL) -> None:
+    """Rebuild every recorded request of a stream and report any whose bytes drifted."""
+    from .context.rebuild import verify_requests
+    from .journal import open_journal
+
+    async def run() -> int:
+        async with open_journal(url) as journal:
+            drifts = await verify_requests(journal, stream)
+        for drift in drifts:
+            console.print(f"@{drift.request_offset}: {drift.error or 'bytes differ'}", markup=False)
+        return len(drifts)
+
+    if asyncio.run(run()):
+        raise typer.Exit(1)
+    console.print("every recorded request rebuilds byte for byte")
 
 
 @app.command()
 def serve(
-    url: str = typer.Option("sqlite:///contextfold.db", help="Journal URL to serve."),
-    host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
-    port: int = typer.Option(8765, help="TCP port to listen on."),
-    token: str | None = typer.Option(
-        None, envvar="CONTEXTFOLD_TOKEN", help="Require 'Authorization: Bearer <token>' on the API."
-    ),
+    url: Url = "sqlite:///contextfold.db",
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="CONTEXTFOLD_TOKEN", help="Require 'Authorization: Bearer <token>'."),
+    ] = None,
 ) -> None:
     """Serve a journal over HTTP + SSE, with the web inspector at /."""
     try:
@@ -59,4 +122,11 @@ def serve(
 
 
 def main() -> None:
-    app()
+    """Run the CLI; contextfold's own errors print as one line and exit with status 1."""
+    from .errors import ContextfoldError
+
+    try:
+        app()
+    except ContextfoldError as exc:
+        Console(stderr=True).print(f"error: {exc}", style="red", markup=False)
+        raise SystemExit(1) from None
