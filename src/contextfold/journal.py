@@ -331,6 +331,11 @@ class Journal:
             self.namespace, stream, _type_names(types) or (), before=before, limit=limit
         )
 
+    async def head(self, stream: str) -> str | None:
+        """The cursor of the stream's newest event (None when empty)."""
+        check_stream(stream)
+        return await (await self._ready()).head(self.namespace, stream)
+
     async def version(self, stream: str) -> int:
         check_stream(stream)
         return await (await self._ready()).version(self.namespace, stream)
@@ -521,6 +526,9 @@ class SyncJournal:
 
     def version(self, stream: str) -> int:
         return self._call(self.journal.version(stream))
+
+    def head(self, stream: str) -> str | None:
+        return self._call(self.journal.head(stream))
 
     def delete_stream(self, stream: str) -> bool:
         return self._call(self.journal.delete_stream(stream))

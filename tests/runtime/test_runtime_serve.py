@@ -12,7 +12,10 @@ async def test_serve_answers_items_appended_while_it_waits() -> None:
     answered: list[str] = []
 
     def model(request: cf.NeutralRequest) -> str:
-        answered.append(request.messages[-2].content.splitlines()[-1])
+        # The newest user item (the last message is the request's timestamp tail). A question
+        # may land while the previous request is in flight, so it can precede that answer.
+        users = [m for m in request.messages[:-1] if m.role == "user"]
+        answered.append(users[-1].content.splitlines()[-1])
         return f"answer {len(answered)}"
 
     agent = cf.Agent(journal, "s", cf.FunctionModel(model))

@@ -406,9 +406,11 @@ async def test_unreachable_server_is_unavailable() -> None:
 async def test_closed_store_and_driver_errors_are_store_errors(pg_dsn: str) -> None:
     j = open_journal(pg_dsn)
     await j.append("s", [raw(1)])
+    bad = cf.NewEvent("bad\x00type", b"{}", cf.EventMeta(event_id="e", time="t"))
     with pytest.raises(StoreError, match="'s'"):
         # PostgreSQL text cannot hold NUL: the driver refuses, the message names the stream.
-        await j.append("s", [cf.RawEvent("bad\x00type", {})])
+        # (The journal refuses such a type name itself; the store is called directly here.)
+        await j.store.append("default", "s", [bad], expected_version=None, idempotency_key=None)
     assert await j.version("s") == 1
     await j.close()
     with pytest.raises(StoreUnavailableError, match="closed"):

@@ -184,10 +184,8 @@ class Agent:
         The head is taken before each run, so an item appended while the run ends still
         wakes the next one (the agent's own appends wake it once, harmlessly).
         """
-        cursor: str | None = None
         while True:
-            async for event in self.journal.read_all(self.stream, after=cursor):
-                cursor = event.cursor
+            cursor = await self.journal.head(self.stream)
             await self.run_until_idle()
             async for _ in self.journal.subscribe(
                 self.stream, after=cursor, poll_interval=poll_interval

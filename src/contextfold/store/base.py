@@ -210,6 +210,19 @@ class Store(abc.ABC):
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         """Whether ``cursor`` names an event of this stream (a cursor the store recognises)."""
 
+    async def head(self, namespace: str, stream: str) -> str | None:
+        """The cursor of the stream's newest event (None for an empty stream): a read or a
+        tail after it sees only what is appended from now on.
+
+        This default pages through the whole stream; backends override it with one lookup.
+        """
+        cursor: str | None = None
+        while True:
+            page = await self.read(namespace, stream, after=cursor, types=None, limit=10_000)
+            cursor = page.cursor
+            if not page.more:
+                return cursor
+
     @abc.abstractmethod
     async def version(self, namespace: str, stream: str) -> int:
         """The stream's last position; 0 when it does not exist."""

@@ -212,6 +212,20 @@ class StoreContract:
 
         self.run(t)
 
+    def test_head_is_the_newest_cursor(self) -> None:
+        async def t(j: Journal) -> None:
+            assert await j.head("s") is None
+            await j.append("s", [RawEvent("e", {"i": 0}), RawEvent("e", {"i": 1})])
+            last = await j.append("s", RawEvent("e", {"i": 2}))
+            await j.append("other", RawEvent("e", {}))
+            assert await j.head("s") == last.cursor
+            page = await j.read("s", after=await j.head("s"))
+            assert page.events == () and not page.reset
+            await j.delete_stream("s")
+            assert await j.head("s") is None
+
+        self.run(t)
+
     def test_pagination_over_ten_thousand_events(self) -> None:
         async def t(j: Journal) -> None:
             for start in range(0, 10_000, 1000):

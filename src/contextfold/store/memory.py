@@ -158,6 +158,10 @@ class MemoryStore(Store):
         index = self._index_after(self._streams.get((namespace, stream)), cursor)
         return index is not None and index > 0
 
+    async def head(self, namespace: str, stream: str) -> str | None:
+        state = self._streams.get((namespace, stream))
+        return str(state.globals[-1]) if state and state.globals else None
+
     async def version(self, namespace: str, stream: str) -> int:
         state = self._streams.get((namespace, stream))
         return len(state.events) if state else 0

@@ -379,6 +379,12 @@ class PostgresStore(Store):
         args = {"g": target, "ns": namespace, "s": stream}
         return bool(await self._query(f"reading stream {stream!r}", sql, args, tuple_row))
 
+    async def head(self, namespace: str, stream: str) -> str | None:
+        sql = f"SELECT global_position FROM cf_events WHERE {_WHERE} ORDER BY position DESC LIMIT 1"
+        args = {"ns": namespace, "s": stream}
+        rows = await self._query(f"reading stream {stream!r}", sql, args, tuple_row)
+        return str(rows[0][0]) if rows else None
+
     async def version(self, namespace: str, stream: str) -> int:
         sql = f"SELECT version FROM cf_streams WHERE {_WHERE}"
         args = {"ns": namespace, "s": stream}

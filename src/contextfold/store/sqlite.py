@@ -307,6 +307,17 @@ class SQLiteStore(Store):
 
         return await self._run(work)
 
+    async def head(self, namespace: str, stream: str) -> str | None:
+        def work(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT global_position FROM cf_events WHERE namespace = ? AND stream = ?"
+                " ORDER BY position DESC LIMIT 1",
+                (namespace, stream),
+            ).fetchone()
+            return str(row[0]) if row else None
+
+        return await self._run(work)
+
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
             row = conn.execute(
