@@ -266,6 +266,15 @@ class Journal:
             raise InvalidInputError(
                 f"expected_version must be an int >= 0, got {expected_version!r}"
             )
+        for name, value in (
+            ("run_id", run_id),
+            ("actor", actor),
+            ("idempotency_key", idempotency_key),
+        ):
+            if value is not None and (not isinstance(value, str) or "\x00" in value):
+                raise InvalidInputError(
+                    f"{name} must be a str without NUL characters, got {value!r}"
+                )
         if idempotency_key is not None and (
             not isinstance(idempotency_key, str) or not idempotency_key
         ):
