@@ -58,6 +58,8 @@ SAMPLE_WORKSPACE: dict[str, str] = {
     ),
 }
 
+SYSTEM_PROMPT = "You are a careful coding assistant. Use the tools; cite files."
+
 QUESTIONS = (
     "Where are the rates defined?",
     "How is an invoice total computed?",
@@ -219,11 +221,7 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
         )
         report = await agent.run_until_idle()
         out.print(f"before the system prompt: status [bold]{report.status}[/] ({report.reason})")
-        await journal.append(
-            stream,
-            system_prompt("You are a careful coding assistant. Use the tools; cite files."),
-            actor="agent",
-        )
+        await journal.append(stream, system_prompt(SYSTEM_PROMPT), actor="agent")
         for index, question in enumerate(QUESTIONS):
             if index:
                 await journal.append(
@@ -252,7 +250,7 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
         last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
         compiled = compile_turn(
             [
-                Layer("system", system_prompt("").content or "coding assistant"),
+                Layer("system", SYSTEM_PROMPT),
                 Layer("history", "\n".join(i.content for i in state.history)),
             ],
             TurnEvent(

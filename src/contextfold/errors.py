@@ -19,6 +19,7 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     ├── FoldCompactionError
     ├── RenderError
     ├── RebuildError                a recorded request cannot be rebuilt
+    ├── ModelError                  a model provider refused or failed a request
     └── BusOverflowError            a live subscriber fell too far behind and was cut off
 """
 
@@ -36,6 +37,7 @@ __all__ = [
     "InvalidCursorError",
     "InvalidInputError",
     "InvalidStreamNameError",
+    "ModelError",
     "PayloadError",
     "RebuildError",
     "RenderError",
@@ -135,6 +137,12 @@ class RenderError(ContextfoldError, ValueError):
 
 class RebuildError(ContextfoldError):
     """A recorded request could not be rebuilt from the journal."""
+
+
+class ModelError(ContextfoldError):
+    """A model provider refused or failed a request (the SDK's or the function's error is
+    the ``__cause__``); the message names transport and model. The request stays unanswered
+    in the journal: running the agent again re-sends it byte for byte."""
 
 
 class BusOverflowError(ContextfoldError):

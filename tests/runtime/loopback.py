@@ -180,7 +180,12 @@ def openai_text_stream(pieces: list[str], *, usage: tuple[int, int] = (80, 12)) 
 # -- Anthropic Messages streams ---------------------------------------------------------------
 
 
-def _message_start(input_tokens: int) -> tuple[str, dict[str, Any]]:
+def _message_start(
+    input_tokens: int, cache_read: int = 0, cache_write: int = 0
+) -> tuple[str, dict[str, Any]]:
+    usage = {"input_tokens": input_tokens, "output_tokens": 1}
+    if cache_read or cache_write:
+        usage |= {"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
     message = {
         "id": "msg_1",
         "type": "message",
@@ -189,7 +194,7 @@ def _message_start(input_tokens: int) -> tuple[str, dict[str, Any]]:
         "content": [],
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+        "usage": usage,
     }
     return ("message_start", {"type": "message_start", "message": message})
 
@@ -230,10 +235,13 @@ def anthropic_tool_stream(
     return _Stream(events + _anthropic_end("tool_use", 9))
 
 
-def anthropic_text_stream(pieces: list[str], *, input_tokens: int = 80) -> _Stream:
+def anthropic_text_stream(
+    pieces: list[str], *, input_tokens: int = 80, cache_read: int = 0, cache_write: int = 0
+) -> _Stream:
+    """Streamed text; ``cache_read``/``cache_write`` add the prompt's cached token counts."""
     block = {"type": "text", "text": ""}
     events: list[tuple[str | None, Any]] = [
-        _message_start(input_tokens),
+        _message_start(input_tokens, cache_read, cache_write),
         (
             "content_block_start",
             {"type": "content_block_start", "index": 0, "content_block": block},

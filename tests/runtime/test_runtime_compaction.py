@@ -212,3 +212,37 @@ async def test_no_compaction_through_another_model_than_the_recorded_one(
     assert summarizer.messages[-1].role == "developer"  # rendered for openai-chat
     assert first.summaries == []
     assert await verify_requests(journal, STREAM) == ()
+
+
+async def test_catch_up_compacts_only_the_newest_over_threshold_request_once(
+    journal: Journal,
+) -> None:
+    """An instance that never compacted (threshold 1.0) leaves two requests over another
+    instance's threshold: a restarted agent summarizes only the newest, and only once."""
+    usages = iter([100_000, 110_000])
+
+    def heavy(request: NeutralRequest) -> ModelOutput:
+        return ModelOutput(text="answer", usage=Usage(next(usages), 10))
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    before = Agent(journal, STREAM, FunctionModel(heavy), compaction_threshold=1.0)
+    for text in ("question one", "question two"):
+        await journal.append(STREAM, user(text))
+        assert (await before.run_until_idle()).compactions == []
+    first, second = (await journal.fold(AgentContext, STREAM)).request_offsets
+
+    model = Model()
+    observer = Observer()
+    restarted = Agent(
+        journal, STREAM, FunctionModel(model), compaction_threshold=0.5, observer=observer
+    )
+    report = await restarted.run_until_idle()
+    assert report.compactions == [second] and report.requests == []
+    [summarizer] = model.summaries
+    bare = render_request(replace(summarizer, messages=summarizer.messages[:-1]), "openai-chat")
+    assert bare.sha256 == (await recorded_of(journal, STREAM))[second][0]
+    context = await journal.fold(AgentContext, STREAM)
+    assert context.compacted_through == second and first < second
+    for again in (restarted, Agent(journal, STREAM, FunctionModel(model))):
+        assert (await again.run_until_idle()).compactions == []
+    assert len(model.summaries) == 1

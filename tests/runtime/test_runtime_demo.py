@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
+from contextfold import demo as demo_module
+from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import verify_requests
+from contextfold.context.state import SYSTEM_PROMPT_KEY
 from contextfold.journal import open_journal
+from contextfold.render.envelope import Layer
 
 
 def run_demo(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -71,3 +79,25 @@ def test_demo_again_on_the_same_file(demo: tuple[Path, str]) -> None:
     again = run_demo(db, "--no-fresh")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "rebuild byte for byte" in " ".join(again.stdout.split())
+
+
+async def test_demo_turn_envelope_carries_the_real_system_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    compiled: list[Sequence[Layer]] = []
+    original = demo_module.compile_turn
+
+    def spy(layers: Sequence[Layer], *args: Any, **kwargs: Any) -> Any:
+        compiled.append(tuple(layers))
+        return original(layers, *args, **kwargs)
+
+    monkeypatch.setattr(demo_module, "compile_turn", spy)
+    db = tmp_path / "demo.db"
+    assert await demo_module.run_demo(db, console=Console(file=io.StringIO(), width=200))
+    async with open_journal(f"sqlite:///{db}") as journal:
+        state = await journal.fold(AgentContext, "demo/coding-session")
+    [prompt] = [item.content for item in state.system if item.key == SYSTEM_PROMPT_KEY]
+    [layers] = compiled
+    assert [layer.content for layer in layers if layer.name == "system"] == [prompt]

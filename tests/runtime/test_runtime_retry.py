@@ -18,6 +18,7 @@ from runtime_helpers import (
 )
 
 from contextfold.canonical import sha256_hex
+from contextfold.context.compaction import summary_item
 from contextfold.context.events import (
     Actor,
     ContextAdded,
@@ -30,7 +31,7 @@ from contextfold.journal import Journal, open_journal
 from contextfold.render.neutral import NeutralRequest, ToolCall
 from contextfold.render.prefix import SessionPrefix
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput, Usage
+from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, Usage
 
 
 class Flaky:
@@ -54,8 +55,9 @@ async def test_a_failed_request_is_retried_byte_for_byte_by_a_new_instance(
     async with open_journal(url, clock=fixed_clock()) as journal:
         await journal.append(STREAM, system_prompt("Agent."))
         await journal.append(STREAM, user("what is 2+2?"))
-        with pytest.raises(ConnectionError):
+        with pytest.raises(ModelError) as failed:
             await Agent(journal, STREAM, FunctionModel(flaky)).run_until_idle()
+        assert isinstance(failed.value.__cause__, ConnectionError)
         [offset] = await requests_of(journal, STREAM)
         original = (await recorded_of(journal, STREAM))[offset]
         assert len(original) == 1
@@ -147,7 +149,7 @@ async def test_a_request_recorded_for_another_transport_is_sealed_and_requested_
     flaky = Flaky()
     await journal.append(STREAM, system_prompt("Agent."))
     await journal.append(STREAM, user("hello?"))
-    with pytest.raises(ConnectionError):
+    with pytest.raises(ModelError):
         await Agent(journal, STREAM, FunctionModel(flaky, transport="anthropic")).run_until_idle()
     [old] = await requests_of(journal, STREAM)
     observer = Observer()
@@ -316,3 +318,33 @@ async def test_a_big_headerless_request_is_not_summarized(journal: Journal) -> N
     ).run_until_idle()
     assert report.interrupted == [headerless] and len(report.requests) == 1
     assert "z" * 100 in text_of(seen[0])
+
+
+async def test_a_retry_after_a_later_compaction_is_sent_as_recorded(journal: Journal) -> None:
+    """Request @B failed; a summary of the earlier request @A was appended after @B (another
+    instance compacted meanwhile). The retry of @B still sends exactly its recorded bytes."""
+    failures = {2}
+    calls: list[NeutralRequest] = []
+
+    def model(request: NeutralRequest) -> str:
+        calls.append(request)
+        if len(calls) in failures:
+            raise ModelError("provider down")
+        return f"answer {len(calls)}"
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("first?"))
+    await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    await journal.append(STREAM, user("second?"))
+    with pytest.raises(ModelError):
+        await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    first, second = await requests_of(journal, STREAM)
+    [original] = (await recorded_of(journal, STREAM))[second]
+    await journal.append(STREAM, summary_item("the user asked a first question", cutoff=first))
+
+    observer = Observer()
+    report = await Agent(journal, STREAM, FunctionModel(model), observer=observer).run_until_idle()
+    assert report.requests == [second]
+    assert [r.sha256 for r in observer.sent[second]] == [original]
+    assert "first?" in text_of(calls[-1])  # the request as it was, before the summary
+    assert await verify_requests(journal, STREAM) == ()

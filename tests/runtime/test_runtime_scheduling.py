@@ -4,6 +4,7 @@ for the system prompt (queued, never busy)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from runtime_helpers import (
@@ -21,6 +22,7 @@ from contextfold.context.events import (
     Actor,
     ContextAdded,
     LlmRequestPolicy,
+    LlmRequestRequested,
     ToolCallResult,
     tool_result_item,
 )
@@ -28,7 +30,7 @@ from contextfold.context.projection import AgentContext
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput
+from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, behaviour_of, kind_of
 
 
@@ -372,3 +374,90 @@ async def test_interrupt_on_a_long_stream(journal: Journal) -> None:
         Agent(journal, STREAM, FunctionModel(model)).run_until_idle(), 20
     )
     assert len(report.interrupted) == 1 and len(report.requests) == 2
+
+
+async def test_an_interrupted_model_call_has_finished_before_the_loop_goes_on(
+    journal: Journal,
+) -> None:
+    """The cancelled call's cleanup (an SDK closing its stream) runs to its end before the
+    interruption is recorded and the next request starts."""
+    cleaned: list[bool] = []
+
+    async def model(request: NeutralRequest) -> str:
+        if not cleaned:
+            cleaned.append(False)
+            await journal.append(STREAM, user("stop", "interrupt"))
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0.05)  # closing a connection takes a few awaits
+                cleaned[0] = True
+                raise
+        return "ok"
+
+    seen_at_interrupt: list[bool] = []
+
+    class Watch:
+        async def on_event(self, name: str, **data: object) -> None:
+            if name == "interrupted":
+                seen_at_interrupt.append(cleaned[0])
+
+    await born(journal)
+    await journal.append(STREAM, user("work"))
+    agent = Agent(journal, STREAM, FunctionModel(model), observer=Watch())
+    report = await asyncio.wait_for(agent.run_until_idle(), 10)
+    assert len(report.interrupted) == 1
+    assert seen_at_interrupt == [True]
+
+
+async def test_status_is_not_left_busy_after_a_model_error(journal: Journal) -> None:
+    def model(request: NeutralRequest) -> str:
+        raise ModelError("provider down")
+
+    statuses: list[str] = []
+
+    class Watch:
+        async def on_event(self, name: str, **data: object) -> None:
+            statuses.append(agent.status)
+
+    await born(journal)
+    await journal.append(STREAM, user("hello?"))
+    agent = Agent(journal, STREAM, FunctionModel(model), observer=Watch())
+    with pytest.raises(ModelError):
+        await agent.run_until_idle()
+    assert "busy" in statuses  # it was busy while the request ran...
+    assert agent.status == "idle"  # ...and is not any more
+
+
+async def test_the_interrupt_watcher_tails_from_the_request_at_a_modest_poll(
+    journal: Journal,
+) -> None:
+    """In-process appends wake the tail at once; the poll is only for other processes. A
+    retry tails from its request too, never from the stream's start."""
+    tails: list[tuple[str | None, float]] = []
+    subscribe = journal.subscribe
+
+    def spy(stream: str, *, after: str | None = None, poll_interval: float = 0.05) -> Any:
+        tails.append((after, poll_interval))
+        return subscribe(stream, after=after, poll_interval=poll_interval)
+
+    journal.subscribe = spy  # type: ignore[method-assign]
+    answers = iter([ModelError("provider down"), "ok"])
+
+    def model(request: NeutralRequest) -> str:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    await born(journal)
+    await journal.append(STREAM, user("hello?"))
+    with pytest.raises(ModelError):
+        await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    await journal.append(STREAM, user("later, context only", "none"))
+    report = await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    [request] = report.requests
+    [stored] = await journal.latest(STREAM, [LlmRequestRequested])
+    assert stored.position == request
+    assert [after for after, _ in tails] == [stored.cursor] * 2  # the send and the retry
+    assert all(poll >= 0.05 for _, poll in tails)

@@ -11,10 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
-from ..context.compaction import build_summary_request, needs_compaction, summary_item
+from ..context.compaction import (
+    build_summary_request,
+    needs_compaction,
+    pick_compaction,
+    summary_item,
+)
 from ..context.events import (
     Actor,
     ContextAdded,
@@ -26,13 +31,15 @@ from ..context.events import (
     TokenUsage,
     ToolCallResult,
     ToolDefinition,
+    assistant_item,
     tool_result_item,
 )
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
-from ..events import Event
+from ..errors import RenderError
+from ..events import Envelope
 from ..journal import Journal
 from ..render.neutral import (
     NeutralMessage,
@@ -43,13 +50,25 @@ from ..render.neutral import (
 )
 from ..render.prefix import PrefixInstance, SessionPrefix
 from .models import ModelClient, ModelOutput
-from .scheduling import AgentHalted, Decision, Scheduler, TurnBudgets, behaviour_of, decide
+from .scheduling import (
+    AgentHalted,
+    Decision,
+    Scheduler,
+    SchedulerState,
+    TurnBudgets,
+    behaviour_of,
+    decide,
+)
 from .tools import Toolbox, ToolOutcome
 
 __all__ = ["Agent", "AgentObserver", "Observers", "RunReport", "Status", "system_prompt"]
 
 log = logging.getLogger("contextfold.runtime")
 Status = Literal["idle", "queued", "busy", "stopped"]
+
+# In-process appends wake the interrupt watcher at once (the store's wakeups); this is only
+# how often it looks for an interrupt appended by another process during a model call.
+_INTERRUPT_POLL = 0.25
 
 
 def system_prompt(text: str) -> ContextAdded:
@@ -126,6 +145,7 @@ class Agent:
         self.actor = actor or Actor(type="agent")
         self.status: Status = "idle"
         self._header_logged: RequestHeader | None = None
+        self._not_compactable: set[int] = set()  # requests recorded for another transport
 
     # -- observation --------------------------------------------------------------------------
 
@@ -142,40 +162,43 @@ class Agent:
         """Run until nothing wakes the model (idle), birth is pending (queued) or the loop
         halted itself (stopped). Raises ModelError when the provider fails."""
         report = RunReport()
-        for _ in range(max_steps):
-            context = await self.journal.fold(AgentContext, self.stream)
-            sched = await self.journal.fold(Scheduler, self.stream)
-            decision = decide(sched, context, self.budgets)
-            if decision.action == "idle":
-                report.status, report.reason = (
-                    ("stopped" if sched.halted else "idle"),
-                    decision.reason,
-                )
-                break
-            if decision.action == "queued":
-                report.status, report.reason = "queued", decision.reason
-                break
-            self._set_status("busy")
-            if decision.action == "halt":
-                await self.journal.append(
-                    self.stream,
-                    AgentHalted(
-                        reason="circuit-breaker" if "breaker" in decision.reason else "turn-budget",
-                        detail=decision.reason,
-                    ),
-                    actor="agent",
-                )
-                await self._emit("halted", reason=decision.reason)
-                report.status, report.reason = "stopped", decision.reason
-                break
-            if decision.action == "run-tools":
-                report.tool_calls += await self._run_tools(sched.outstanding)
-            elif decision.action == "retry":
-                assert sched.last_request is not None
-                await self._retry(sched.last_request, report)
-            else:
-                await self._request(context, decision, report)
-        self._set_status(report.status)
+        try:
+            for _ in range(max_steps):
+                context = await self.journal.fold(AgentContext, self.stream)
+                sched = await self.journal.fold(Scheduler, self.stream)
+                if await self._catch_up_compaction(context, sched, report):
+                    continue
+                decision = decide(sched, context, self.budgets)
+                if decision.action == "idle":
+                    report.status, report.reason = (
+                        ("stopped" if sched.halted else "idle"),
+                        decision.reason,
+                    )
+                    break
+                if decision.action == "queued":
+                    report.status, report.reason = "queued", decision.reason
+                    break
+                self._set_status("busy")
+                if decision.action == "halt":
+                    reason = "circuit-breaker" if "breaker" in decision.reason else "turn-budget"
+                    await self.journal.append(
+                        self.stream,
+                        AgentHalted(reason=reason, detail=decision.reason),
+                        actor="agent",
+                    )
+                    await self._emit("halted", reason=decision.reason)
+                    report.status, report.reason = "stopped", decision.reason
+                    break
+                if decision.action == "run-tools":
+                    report.tool_calls += await self._run_tools(sched.outstanding)
+                elif decision.action == "retry":
+                    assert sched.last_request is not None
+                    await self._retry(sched.last_request, report)
+                else:
+                    await self._request(context, decision, report)
+        finally:
+            # Never left "busy": after an error the report's status is still "idle".
+            self._set_status(report.status)
         return report
 
     async def serve(self, *, poll_interval: float = 0.05) -> None:
@@ -277,11 +300,15 @@ class Agent:
 
     async def _send(self, offset: int, report: RunReport) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
+        neutral: NeutralRequest | None = None
         if context.request_offset == offset and context.header is not None:
-            # The cached fold through the request: the per-turn cost stays flat.
-            neutral = build_request(context, through=offset)
-            transport = context.header.transport
-        else:  # a retry after later requests or a compaction: fold the journal through it
+            # The cached fold through the request: the per-turn cost stays flat...
+            try:
+                neutral = build_request(context, through=offset)
+                transport = context.header.transport
+            except RenderError:
+                pass  # ...unless a compaction after @offset removed items the request saw
+        if neutral is None:  # a retry after later requests or a compaction: fold through it
             state = await rebuild_state(self.journal, self.stream, offset)
             assert state.header is not None
             neutral, transport = build_request(state), state.header.transport
@@ -299,15 +326,16 @@ class Agent:
         )
         report.requests.append(offset)
         await self._emit("request", offset=offset, rendered=rendered, neutral=neutral)
-        output = await self._complete_interruptible(offset, neutral, rendered)
+        try:
+            output = await self._complete_interruptible(offset, neutral, rendered)
+        except Exception as exc:
+            await self._emit("error", offset=offset, error=exc)
+            raise
         if output is None:
             report.interrupted.append(offset)
             return
+        # Its usage report is compacted, when over the threshold, by the loop's next step.
         await self._record_output(offset, output)
-        if output.usage.input_tokens and needs_compaction(
-            output.usage.input_tokens, self.model.model, threshold=self.compaction_threshold
-        ):
-            await self._compact(offset, report)
 
     async def _complete_interruptible(
         self, offset: int, neutral: NeutralRequest, rendered: RenderedRequest
@@ -323,13 +351,12 @@ class Agent:
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            call.cancel()
-            watch.cancel()
+            await _cancel(call, watch)
             raise
         if call in done:
-            watch.cancel()
+            await _cancel(watch)
             return call.result()
-        call.cancel()
+        await _cancel(call)  # the provider call is over (its stream closed) before we go on
         interrupter = watch.result()
         await self.journal.append(
             self.stream,
@@ -341,11 +368,17 @@ class Agent:
 
     async def _watch_interrupts(self, offset: int) -> int:
         """Return the offset of the first ``interrupt`` item appended after request @offset."""
-        # The request is the stream's latest: start the tail at it, not by reading the whole
-        # stream on every request (a cursor of None tails from the start, skipping <= offset).
+        # Start the tail at the request, never by reading the stream from its start. When a
+        # newer request has superseded @offset, only items from now on can interrupt it.
         latest = await self.journal.latest(self.stream, [LlmRequestRequested])
-        cursor = latest[0].cursor if latest and latest[0].position == offset else None
-        async for stored in self.journal.subscribe(self.stream, after=cursor, poll_interval=0.02):
+        cursor: str | None
+        if latest and latest[0].position == offset:
+            cursor = latest[0].cursor
+        else:
+            cursor = await self.journal.head(self.stream)
+        async for stored in self.journal.subscribe(
+            self.stream, after=cursor, poll_interval=_INTERRUPT_POLL
+        ):
             if stored.type != ContextAdded.event_type or stored.position <= offset:
                 continue
             item = stored.decode(ContextAdded)
@@ -355,33 +388,27 @@ class Agent:
         raise AssertionError("unreachable: subscribe never ends")
 
     async def _record_output(self, offset: int, output: ModelOutput) -> None:
-        calls = tuple(
-            ModelToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in output.tool_calls
-        )
+        context = await self.journal.fold(AgentContext, self.stream)
+        used = {call.id for item in context.history for call in item.tool_calls}
+        calls = _unique_calls(output.tool_calls, used, offset)
         usage = TokenUsage(
             input_tokens=output.usage.input_tokens,
             output_tokens=output.usage.output_tokens,
             cached_input_tokens=output.usage.cached_input_tokens or None,
         )
-        events: list[Event] = [
-            LlmResponse(
-                request_offset=offset,
-                model=self.model.model,
-                text=output.text,
-                tool_calls=calls,
-                usage=usage,
-                stop_reason=output.finish_reason,
-            ),
-            ContextAdded(
-                role="assistant",
-                actor=Actor(type="agent"),
-                content=output.text,
-                tool_calls=calls,
-                llm_request_offset=offset,
-            ),
-        ]
-        await self.journal.append(self.stream, events, actor="agent")
-        await self._emit("response", offset=offset, output=output)
+        response = LlmResponse(
+            request_offset=offset,
+            model=self.model.model,
+            text=output.text,
+            tool_calls=calls,
+            usage=usage,
+            stop_reason=output.finish_reason,
+        )
+        # assistant_item reads only the payload: the envelope is the one for pure use.
+        item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
+        await self.journal.append(self.stream, [response, item], actor="agent")
+        recorded = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls)
+        await self._emit("response", offset=offset, output=replace(output, tool_calls=recorded))
 
     async def _run_tools(self, calls: Sequence[ModelToolCall]) -> int:
         for call in calls:
@@ -401,12 +428,33 @@ class Agent:
 
     # -- compaction ---------------------------------------------------------------------------
 
-    async def _compact(self, offset: int, report: RunReport) -> None:
+    async def _catch_up_compaction(
+        self, context: AgentContextState, sched: SchedulerState, report: RunReport
+    ) -> bool:
+        """Summarize the newest request whose usage report crossed the threshold and is not
+        summarized yet (several may have piled up, e.g. before a restart: only the newest is
+        summarized, once). Waits while the latest request is unanswered. True when it did."""
+        if not sched.answered:
+            return False
+        picked = pick_compaction(
+            sched.reports,
+            threshold=self.compaction_threshold,
+            compacted_through=context.compacted_through,
+        )
+        if picked is None or picked.request_offset in self._not_compactable:
+            return False
+        self._set_status("busy")
+        if await self._compact(picked.request_offset, report):
+            return True
+        self._not_compactable.add(picked.request_offset)
+        return False
+
+    async def _compact(self, offset: int, report: RunReport) -> bool:
         """Summarize the exact request @offset (plus the instruction) through the same model;
-        the summary replaces history through @offset."""
+        the summary replaces history through @offset. False when it cannot or need not."""
         current = await self.journal.fold(AgentContext, self.stream)
         if offset <= current.compacted_through:
-            return  # already summarized (the summary comes after the request it replaces)
+            return False  # already summarized (the summary comes after the request it replaces)
         state = await rebuild_state(self.journal, self.stream, offset)
         recorded_for = state.header.transport if state.header is not None else None
         if recorded_for != self.model.transport:
@@ -420,7 +468,7 @@ class Agent:
                 recorded_for,
                 self.model.transport,
             )
-            return
+            return False
         neutral = build_summary_request(state, through=offset)
         rendered = render_request(neutral, self.model.transport)
         await self._emit("compaction-start", offset=offset)
@@ -433,3 +481,36 @@ class Agent:
         )
         report.compactions.append(offset)
         await self._emit("compaction", offset=offset, summary=output.text)
+        return True
+
+
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel the tasks and wait until each has finished (its cleanup run), whatever it
+    raised: a cancelled model call must not outlive the loop step that started it."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _unique_calls(
+    calls: Sequence[ToolCall], used: set[str], offset: int
+) -> tuple[ModelToolCall, ...]:
+    """The calls of the response to request @offset, each with an id no other call in the
+    context has (``used``) nor an earlier call of the same response.
+
+    Providers may repeat ids (a local OpenAI-compatible server answering ``call_0`` every
+    turn); a repeated id is neither sent as a call nor paired with its result, so a repeat
+    gets the request offset as a suffix, ``call_0-12`` (``-``: Anthropic ids allow only
+    ``[a-zA-Z0-9_-]``). Deterministic, and the journal records only the new ids.
+    """
+    taken = set(used)
+    unique: list[ModelToolCall] = []
+    for call in calls:
+        base = call.id or "call"  # some servers send no id at all
+        candidate, n = base, 1
+        while candidate in taken:
+            candidate = f"{base}-{offset}" if n == 1 else f"{base}-{offset}-{n}"
+            n += 1
+        taken.add(candidate)
+        unique.append(ModelToolCall(id=candidate, name=call.name, arguments=call.arguments))
+    return tuple(unique)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ContextfoldError
+from ..errors import ModelError
 from ..render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
 
 __all__ = [
@@ -30,10 +31,6 @@ __all__ = [
 
 OnDelta = Callable[[str, str], Awaitable[None] | None]
 """Called with (kind, text) for each streamed fragment; kind is "text" or "reasoning"."""
-
-
-class ModelError(ContextfoldError):
-    """The provider refused or failed a request; the message names model and transport."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +54,11 @@ class ModelOutput:
 
 
 class ModelClient(Protocol):
-    """Anything that completes a request. ``transport`` picks the wire format rendered."""
+    """Anything that completes a request. ``transport`` picks the wire format rendered.
+
+    ``complete`` raises ModelError when the provider fails (streaming included) and lets
+    a cancellation through as it is.
+    """
 
     transport: Transport
     model: str
@@ -67,17 +68,47 @@ class ModelClient(Protocol):
     ) -> ModelOutput: ...
 
 
+class _DeltaFailed(Exception):
+    """An ``on_delta`` callback raised: the observer failed, not the provider."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
 async def _emit(on_delta: OnDelta | None, kind: str, text: str) -> None:
     if on_delta is not None and text:
-        result = on_delta(kind, text)
-        if inspect.isawaitable(result):
-            await result
+        try:
+            result = on_delta(kind, text)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            raise _DeltaFailed(exc) from exc
+
+
+@contextmanager
+def _provider_errors(transport: str, model: str) -> Iterator[None]:
+    """Translate any failure of a model call, stream iteration included, into ModelError:
+    the one place clients' errors enter the error tree. Cancellation is a BaseException
+    and passes untouched; an ``on_delta`` callback's own error is re-raised as it was."""
+    try:
+        yield
+    except ModelError:
+        raise
+    except _DeltaFailed as failed:
+        error = failed.error
+        raise error from error.__cause__  # as the observer raised it, not chained to the marker
+    except Exception as exc:
+        raise ModelError(
+            f"{transport} request to model {model!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 class FunctionModel:
     """A model that is a Python function of the neutral request (sync or async).
 
-    ``fn(request) -> ModelOutput | str``. For tests of agents built on contextfold.
+    ``fn(request) -> ModelOutput | str``. For tests of agents built on contextfold: an
+    exception ``fn`` raises becomes a ModelError, like a provider failure.
     """
 
     def __init__(
@@ -95,6 +126,12 @@ class FunctionModel:
 
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
+    ) -> ModelOutput:
+        with _provider_errors(self.transport, self.model):
+            return await self._complete(request, rendered, on_delta)
+
+    async def _complete(
+        self, request: NeutralRequest, rendered: RenderedRequest, on_delta: OnDelta | None
     ) -> ModelOutput:
         result = self.fn(request)
         if inspect.isawaitable(result):
@@ -148,24 +185,27 @@ class OpenAIChatModel:
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
     ) -> ModelOutput:
-        body = rendered.json()
-        try:
+        with _provider_errors(self.transport, self.model):
+            body = rendered.json()
             response = await self.client.chat.completions.create(**body)
-        except Exception as exc:
-            raise ModelError(f"openai-chat request to model {self.model!r} failed: {exc}") from exc
-        if not body.get("stream"):
-            choice = response.choices[0]
-            calls = tuple(
-                ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-                for c in (choice.message.tool_calls or ())
-            )
-            usage = response.usage
-            return ModelOutput(
-                text=choice.message.content or "",
-                tool_calls=calls,
-                usage=_openai_usage(usage),
-                finish_reason=choice.finish_reason or "stop",
-            )
+            if not body.get("stream"):
+                choice = response.choices[0]
+                calls = tuple(
+                    ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+                    for c in (choice.message.tool_calls or ())
+                )
+                return ModelOutput(
+                    text=choice.message.content or "",
+                    tool_calls=calls,
+                    usage=_openai_usage(response.usage),
+                    finish_reason=choice.finish_reason or "stop",
+                )
+            try:
+                return await self._read_stream(response, on_delta)
+            finally:
+                await response.close()  # on cancel and error too: release the connection
+
+    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
         text: list[str] = []
         partial: dict[int, dict[str, str]] = {}
         usage_obj = None
@@ -192,6 +232,7 @@ class OpenAIChatModel:
 
 
 def _openai_usage(usage: Any) -> Usage:
+    """OpenAI's prompt (input) tokens already include the cached ones."""
     if usage is None:
         return Usage()
     cached = 0
@@ -230,42 +271,61 @@ class OpenAIResponsesModel:
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
     ) -> ModelOutput:
-        body = rendered.json()
-        try:
+        with _provider_errors(self.transport, self.model):
+            body = rendered.json()
             response = await self.client.responses.create(**body)
-        except Exception as exc:
-            raise ModelError(
-                f"openai-responses request to model {self.model!r} failed: {exc}"
-            ) from exc
-        if body.get("stream"):
-            final = None
-            async for event in response:
-                if event.type == "response.output_text.delta":
-                    await _emit(on_delta, "text", event.delta)
-                elif event.type == "response.completed":
-                    final = event.response
-            if final is None:
-                raise ModelError(
-                    f"openai-responses stream for {self.model!r} ended without response.completed"
-                )
-            response = final
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        for item in response.output:
-            if item.type == "message":
-                text.extend(
-                    part.text for part in item.content if getattr(part, "type", "") == "output_text"
-                )
-            elif item.type == "function_call":
-                calls.append(
-                    ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
-                )
-        return ModelOutput(
-            "".join(text),
-            tuple(calls),
-            _openai_usage(response.usage),
-            response.status or "completed",
+            if body.get("stream"):
+                stream = response
+                try:
+                    response = await self._read_stream(stream, on_delta)
+                finally:
+                    await stream.close()  # on cancel and error too: release the connection
+            text: list[str] = []
+            calls: list[ToolCall] = []
+            for item in response.output:
+                if item.type == "message":
+                    text.extend(
+                        part.text
+                        for part in item.content
+                        if getattr(part, "type", "") == "output_text"
+                    )
+                elif item.type == "function_call":
+                    calls.append(
+                        ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
+                    )
+            return ModelOutput(
+                "".join(text),
+                tuple(calls),
+                _openai_usage(response.usage),
+                response.status or "completed",
+            )
+
+    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> Any:
+        """The ``response.completed`` event's response, after emitting the text deltas."""
+        async for event in response:
+            if event.type == "response.output_text.delta":
+                await _emit(on_delta, "text", event.delta)
+            elif event.type == "response.completed":
+                return event.response
+        raise ModelError(
+            f"openai-responses stream for {self.model!r} ended without response.completed"
         )
+
+
+_ANTHROPIC_PROMPT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _anthropic_usage(reports: Iterable[Any], output_tokens: int) -> Usage:
+    """Anthropic counts the prompt in three parts (uncached, cache reads, cache writes): its
+    size is their sum. A later report (``message_delta``) overrides an earlier one field by
+    field where it gives a value."""
+    prompt = dict.fromkeys(_ANTHROPIC_PROMPT, 0)
+    for report in reports:
+        for name in _ANTHROPIC_PROMPT:
+            value = getattr(report, name, None)
+            if value is not None:
+                prompt[name] = value
+    return Usage(sum(prompt.values()), output_tokens, prompt["cache_read_input_tokens"])
 
 
 class AnthropicModel:
@@ -296,37 +356,38 @@ class AnthropicModel:
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
     ) -> ModelOutput:
-        body = rendered.json()
-        try:
+        with _provider_errors(self.transport, self.model):
+            body = rendered.json()
             response = await self.client.messages.create(**body)
-        except Exception as exc:
-            raise ModelError(f"anthropic request to model {self.model!r} failed: {exc}") from exc
-        if not body.get("stream"):
-            text = "".join(b.text for b in response.content if b.type == "text")
-            calls = tuple(
-                ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input, sort_keys=True))
-                for b in response.content
-                if b.type == "tool_use"
-            )
-            u = response.usage
-            return ModelOutput(
-                text,
-                calls,
-                Usage(
-                    u.input_tokens, u.output_tokens, getattr(u, "cache_read_input_tokens", 0) or 0
-                ),
-                response.stop_reason or "end_turn",
-            )
+            if not body.get("stream"):
+                text = "".join(b.text for b in response.content if b.type == "text")
+                calls = tuple(
+                    ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input, sort_keys=True))
+                    for b in response.content
+                    if b.type == "tool_use"
+                )
+                u = response.usage
+                return ModelOutput(
+                    text,
+                    calls,
+                    _anthropic_usage([u], u.output_tokens),
+                    response.stop_reason or "end_turn",
+                )
+            try:
+                return await self._read_stream(response, on_delta)
+            finally:
+                await response.close()  # on cancel and error too: release the connection
+
+    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
         text_parts: list[str] = []
         blocks: dict[int, dict[str, str]] = {}
-        input_tokens = output_tokens = cached = 0
+        reports: list[Any] = []
+        output_tokens = 0
         stop = "end_turn"
         async for event in response:
             kind = event.type
             if kind == "message_start":
-                u = event.message.usage
-                input_tokens = u.input_tokens
-                cached = getattr(u, "cache_read_input_tokens", 0) or 0
+                reports.append(event.message.usage)
             elif kind == "content_block_start" and event.content_block.type == "tool_use":
                 blocks[event.index] = {
                     "id": event.content_block.id,
@@ -340,9 +401,10 @@ class AnthropicModel:
                 elif event.delta.type == "input_json_delta" and event.index in blocks:
                     blocks[event.index]["arguments"] += event.delta.partial_json
             elif kind == "message_delta":
+                reports.append(event.usage)
                 output_tokens = event.usage.output_tokens
                 stop = event.delta.stop_reason or stop
         calls = tuple(ToolCall(**blocks[i]) for i in sorted(blocks))
         return ModelOutput(
-            "".join(text_parts), calls, Usage(input_tokens, output_tokens, cached), stop
+            "".join(text_parts), calls, _anthropic_usage(reports, output_tokens), stop
         )

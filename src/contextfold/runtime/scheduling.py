@@ -21,7 +21,7 @@ from ..context.events import (
     ToolCallResult,
 )
 from ..context.state import AgentContextState
-from ..context.trust import is_external
+from ..context.trust import is_external, is_trusted
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 
@@ -98,9 +98,10 @@ class SchedulerState(BaseModel):
     """Waking items after the latest request."""
     last_request: int | None = None
     answered: bool = True
-    """Whether the latest request got a response (or was interrupted)."""
+    """Whether the latest request got its verified assistant item (or was interrupted)."""
     outstanding: tuple[ModelToolCall, ...] = ()
-    """Tool calls of the latest response not yet answered by a result."""
+    """Tool calls of the latest request's verified assistant item not yet answered by a
+    result: the only calls the loop runs (an ``LlmResponse`` is evidence, never a command)."""
     continuation: bool = False
     """The latest response asked for tools: once they are answered, the turn goes on."""
     turn_kind: TriggerKind = "user"
@@ -108,13 +109,38 @@ class SchedulerState(BaseModel):
     autonomous_streak: int = Field(default=0, ge=0)
     """Requests since the last user or integration trigger."""
     halted: str | None = None
+    reports: tuple[LlmResponse, ...] = ()
+    """Usage reports (responses without text and calls) of requests after the latest
+    compaction cutoff: catch-up compaction picks the newest over the threshold from them."""
 
 
-Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=1)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=2)
+
+
+def _answers(state: SchedulerState, item: ContextAdded) -> bool:
+    """Whether ``item`` is the answer to the latest, unanswered request: an assistant item
+    whose request offset the projection verifies too (a trusted or no actor)."""
+    return (
+        item.role == "assistant"
+        and not state.answered
+        and state.last_request is not None
+        and item.llm_request_offset == state.last_request
+        and is_trusted(item.actor)
+    )
 
 
 @Scheduler.on(ContextAdded)
 def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
+    meta = ev.payload.compaction
+    if meta is not None and meta.replaces_history_through < ev.position:
+        cutoff = meta.replaces_history_through
+        reports = tuple(r for r in state.reports if r.request_offset > cutoff)
+        state = state.model_copy(update={"reports": reports})
+    if _answers(state, ev.payload):
+        calls = ev.payload.tool_calls
+        state = state.model_copy(
+            update={"answered": True, "outstanding": calls, "continuation": bool(calls)}
+        )
     behaviour = behaviour_of(ev.payload)
     if behaviour == "none":
         return state
@@ -148,12 +174,15 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
 
 @Scheduler.on(LlmResponse)
 def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerState:
-    if ev.payload.request_offset != state.last_request:
+    """Keep the usage report of a response to the latest, unanswered request. A response
+    answers nothing and runs nothing: anyone can append one (a second response, a forged
+    webhook event); the verified assistant item of the same append does (see ``_added``)."""
+    response = ev.payload
+    if response.request_offset != state.last_request or state.answered or response.usage is None:
         return state
-    calls = ev.payload.tool_calls
-    return state.model_copy(
-        update={"answered": True, "outstanding": calls, "continuation": bool(calls)}
-    )
+    report = response.model_copy(update={"text": "", "tool_calls": ()})
+    kept = tuple(r for r in state.reports if r.request_offset != response.request_offset)
+    return state.model_copy(update={"reports": (*kept, report)})
 
 
 @Scheduler.on(ToolCallResult)

@@ -26,6 +26,8 @@ __all__ = ["TranscriptObserver"]
 class TranscriptObserver:
     """Writes one assistant message per model request: a step, its text (streamed as bus
     deltas, stored at the end) and its tool parts through pending, running and completed.
+    An interrupted or failed request still closes its rows: the text keeps what its deltas
+    confirmed, and the message finishes ``"interrupted"`` or ``"error"``.
 
     ``clock`` gives the ISO time of each boundary (inject a fixed one in tests).
     """
@@ -33,7 +35,7 @@ class TranscriptObserver:
     def __init__(self, writer: TranscriptWriter, session: str, *, clock: Callable[[], str]) -> None:
         self.writer, self.session, self.clock = writer, session, clock
         self._open: dict[str, int] = {}  # tool call id -> request offset
-        self._current: int | None = None
+        self._current: int | None = None  # the request whose text is streaming
 
     async def on_event(self, name: str, **data: Any) -> None:
         handler = getattr(self, "_" + name.replace("-", "_"), None)
@@ -42,6 +44,10 @@ class TranscriptObserver:
 
     def _ids(self, offset: int) -> tuple[str, str, str]:
         return f"request-{offset}", f"step-{offset}", f"text-{offset}"
+
+    def _tool_part(self, offset: int, call_id: str) -> str:
+        # Per request: a provider may reuse a call id once compaction removed the first.
+        return f"tool-{offset}-{call_id}"
 
     async def _request(self, offset: int, **_: Any) -> None:
         message, step, text = self._ids(offset)
@@ -62,6 +68,7 @@ class TranscriptObserver:
     async def _response(self, offset: int, output: Any, **_: Any) -> None:
         message, step, text = self._ids(offset)
         now, s, w = self.clock(), self.session, self.writer
+        self._current = None
         await w.publish(
             TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text)
         )
@@ -71,7 +78,7 @@ class TranscriptObserver:
                 ToolStateChanged(
                     session=s,
                     message_id=message,
-                    part_id=f"tool-{call.id}",
+                    part_id=self._tool_part(offset, call.id),
                     call_id=call.id,
                     tool=call.name,
                     state="pending",
@@ -107,7 +114,7 @@ class TranscriptObserver:
                 ToolStateChanged(
                     session=self.session,
                     message_id=self._ids(offset)[0],
-                    part_id=f"tool-{call.id}",
+                    part_id=self._tool_part(offset, call.id),
                     call_id=call.id,
                     tool=call.name,
                     state="running",
@@ -125,7 +132,7 @@ class TranscriptObserver:
             ToolStateChanged(
                 session=self.session,
                 message_id=message,
-                part_id=f"tool-{call.id}",
+                part_id=self._tool_part(offset, call.id),
                 call_id=call.id,
                 tool=call.name,
                 state=state,
@@ -142,15 +149,25 @@ class TranscriptObserver:
             )
 
     async def _interrupted(self, offset: int, **_: Any) -> None:
-        message = self._ids(offset)[0]
-        await self.writer.publish(
-            MessageFinished(
-                session=self.session,
-                message_id=message,
-                time=self.clock(),
-                finish="interrupted",
-                error="interrupted",
-            )
+        await self._close(offset, "interrupted", "interrupted")
+
+    async def _error(self, offset: int, error: BaseException, **_: Any) -> None:
+        await self._close(offset, "error", f"{type(error).__name__}: {error}")
+
+    async def _close(self, offset: int, finish: str, error: str) -> None:
+        """End the rows request @offset opened: the text with what its deltas confirmed (a
+        text-end without text: the writer joins its buffer), the step, then the message."""
+        if self._current != offset:
+            return  # not streaming here (e.g. a request sealed without being sent)
+        self._current = None
+        message, step, text = self._ids(offset)
+        now, s, w = self.clock(), self.session, self.writer
+        await w.publish(TextEnd(session=s, message_id=message, part_id=text, time=now))
+        await w.publish(
+            StepFinished(session=s, message_id=message, part_id=step, time=now, reason=finish)
+        )
+        await w.publish(
+            MessageFinished(session=s, message_id=message, time=now, finish=finish, error=error)
         )
 
     async def _compaction(self, offset: int, summary: str, **_: Any) -> None:
