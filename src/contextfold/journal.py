@@ -149,11 +149,19 @@ class Journal:
         )
 
     async def _ready(self) -> Store:
-        opened = self._shared.get("opened")
+        opened: asyncio.Future[None] | None = self._shared.get("opened")
         if opened is None:
             opened = self._shared["opened"] = asyncio.ensure_future(self.store.open())
+            opened.add_done_callback(self._forget_failed_open)
         await asyncio.shield(opened)
         return self.store
+
+    def _forget_failed_open(self, opened: asyncio.Future[None]) -> None:
+        # A failed open is not cached: the next call tries again (the server may be back).
+        if (opened.cancelled() or opened.exception() is not None) and self._shared.get(
+            "opened"
+        ) is opened:
+            self._shared["opened"] = None
 
     async def __aenter__(self) -> Journal:
         await self._ready()
@@ -313,12 +321,17 @@ class Journal:
         )
 
     async def read_all(
-        self, stream: str, *, after: str | None = None, page_size: int = 1000
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        types: Sequence[str | type[Event]] | None = None,
+        page_size: int = 1000,
     ) -> AsyncIterator[StoredEvent]:
-        """Every event after ``after``, page by page."""
+        """Every event after ``after`` (only of ``types`` when given), page by page."""
         cursor = after
         while True:
-            page = await self.read(stream, after=cursor, limit=page_size)
+            page = await self.read(stream, after=cursor, types=types, limit=page_size)
             for event in page.events:
                 yield event
             cursor = page.cursor
@@ -488,22 +501,52 @@ def open_journal(
     return Journal(store_from_url(url, **options), namespace=namespace, **journal_opts)
 
 
-class SyncJournal:
-    """The blocking facade for scripts: each call runs the async journal on a private loop.
+class _LoopThread:
+    """A private event loop on a daemon thread: where a SyncJournal and its namespace views
+    run every call (the store's connections belong to that one loop)."""
 
-    It adds no logic of its own; every method is the async one of the same name.
-    """
-
-    def __init__(self, journal: Journal) -> None:
-        self.journal = journal
-        self._loop = asyncio.new_event_loop()
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self._loop.run_forever, name="contextfold-sync", daemon=True
+            target=self.loop.run_forever, name="contextfold-sync", daemon=True
         )
         self._thread.start()
 
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class SyncJournal:
+    """The blocking facade for scripts: each call runs the async journal on a private loop.
+
+    It adds no logic of its own; every method is the async one of the same name (a test
+    checks that each public method of :class:`Journal` has its counterpart here).
+    """
+
+    def __init__(self, journal: Journal, *, _runner: _LoopThread | None = None) -> None:
+        self.journal = journal
+        self._runner = _runner if _runner is not None else _LoopThread()
+
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+        return self._runner.call(coro)
+
+    @property
+    def url(self) -> str:
+        return self.journal.url
+
+    @property
+    def namespace(self) -> str:
+        return self.journal.namespace
+
+    def with_namespace(self, namespace: str) -> SyncJournal:
+        """The same journal (store, loop, fold cache), scoped to another namespace. Like the
+        async views, closing any view closes the shared store for all of them."""
+        return SyncJournal(self.journal.with_namespace(namespace), _runner=self._runner)
 
     def __enter__(self) -> SyncJournal:
         return self
@@ -512,12 +555,10 @@ class SyncJournal:
         self.close()
 
     def close(self) -> None:
-        if self._loop.is_closed():
+        if self._runner.loop.is_closed():
             return
         self._call(self.journal.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._runner.stop()
 
     def append(self, stream: str, events: Any, **kwargs: Any) -> AppendResult:
         return self._call(self.journal.append(stream, events, **kwargs))
@@ -533,11 +574,14 @@ class SyncJournal:
     ) -> tuple[StoredEvent, ...]:
         return self._call(self.journal.latest(stream, types, **kwargs))
 
+    def head(self, stream: str) -> str | None:
+        return self._call(self.journal.head(stream))
+
     def version(self, stream: str) -> int:
         return self._call(self.journal.version(stream))
 
-    def head(self, stream: str) -> str | None:
-        return self._call(self.journal.head(stream))
+    def contains(self, stream: str, cursor: str) -> bool:
+        return self._call(self.journal.contains(stream, cursor))
 
     def delete_stream(self, stream: str) -> bool:
         return self._call(self.journal.delete_stream(stream))
@@ -548,8 +592,15 @@ class SyncJournal:
     def fold(self, fold: FoldBase[S], stream: str, **kwargs: Any) -> S:
         return self._call(self.journal.fold(fold, stream, **kwargs))
 
+    def end_run(self, stream: str, run_id: str) -> None:
+        # On the loop: the fold cache is only ever touched from the loop's thread.
+        self._call(_run(self.journal.end_run, stream, run_id))
+
     def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:
         return self._call(self.journal.compact(fold, stream, next, **kwargs))
+
+    def rebuild_request(self, stream: str, offset: int) -> Any:
+        return self._call(self.journal.rebuild_request(stream, offset))
 
     def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
         return self._iterate(self.journal.subscribe(stream, **kwargs))
@@ -563,12 +614,16 @@ class SyncJournal:
                     return
         finally:
             aclose = getattr(agen, "aclose", None)
-            if aclose is not None and not self._loop.is_closed():
+            if aclose is not None and not self._runner.loop.is_closed():
                 self._call(aclose())
 
 
 async def _anext(agen: AsyncIterator[T]) -> T:
     return await agen.__anext__()
+
+
+async def _run(fn: Callable[..., T], *args: Any) -> T:
+    return fn(*args)
 
 
 def open_journal_sync(url: str = "sqlite:///contextfold.db", **options: Any) -> SyncJournal:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import pytest
 from pydantic import ValidationError
 
@@ -38,7 +40,7 @@ def test_type_names_are_stable() -> None:
 
 def test_all_is_complete_and_sorted() -> None:
     public = {name for name in vars(context) if not name.startswith("_")}
-    modules = {"compaction", "events", "projection", "rebuild", "request", "state", "trust"}
+    modules = {name for name, value in vars(context).items() if isinstance(value, ModuleType)}
     assert set(context.__all__) == public - modules
     assert context.__all__ == sorted(context.__all__, key=lambda n: (not n.isupper(), n))
 
@@ -157,3 +159,19 @@ def test_an_empty_session_prefix_adds_no_header_field() -> None:
         LlmRequestRequested.model_validate_json(LlmRequestRequested(header=bare).to_json()).header
         == bare
     )
+
+
+def test_trusted_actor_types_are_canonical_and_absent_when_empty() -> None:
+    bare = RequestHeader(transport="openai-chat", model="m")
+    assert b"trusted_actor_types" not in LlmRequestRequested(header=bare).to_json()
+    trusting = RequestHeader(
+        transport="openai-chat", model="m", trusted_actor_types=("crm", "billing", "crm")
+    )
+    assert trusting.trusted_actor_types == ("billing", "crm")
+    stored = LlmRequestRequested(header=trusting).to_json()
+    assert b'"trusted_actor_types":["billing","crm"]' in stored
+    assert LlmRequestRequested.model_validate_json(stored).header == trusting
+    with pytest.raises(ValidationError, match="built in"):
+        RequestHeader(transport="openai-chat", model="m", trusted_actor_types=("slack",))
+    with pytest.raises(ValidationError, match="token"):
+        RequestHeader(transport="openai-chat", model="m", trusted_actor_types=("Not A Token",))

@@ -519,19 +519,25 @@ def test_headers_cannot_be_forged(items: list[dict[str, Any]], publish_between: 
         header = parse_item_header(message.content)
         if header is not None:
             assert len(message.content.split("\n", 1)[0].splitlines()) == 1
-    # Anthropic merges turns, but every item stays its own text block.
-    body = json.loads(render_body(request, "anthropic"))
-    blocks = [b["text"] for b in body.get("system", [])] + [
-        b.get("text", b.get("content", "")) for m in body["messages"] for b in m["content"]
-    ]
-    found = []
-    for text in blocks:
-        for marker in ("[system message]\n", "[developer message]\n"):
-            text = text.removeprefix(marker)
-        header = parse_item_header(text)
-        if header is not None:
-            found.append(header)
-    assert found == [ItemHeader.of(item) for item in state.items]
+    # On the wire too: every item's header is the first line of its own text (Anthropic
+    # merges turns, but each item stays its own block, after any demotion marker block).
+    for transport in TRANSPORTS:
+        body = json.loads(render_body(request, transport))
+        found = [h for h in map(parse_item_header, _wire_texts(body, transport)) if h]
+        assert found == [ItemHeader.of(item) for item in state.items], transport
+
+
+def _wire_texts(body: dict[str, Any], transport: str) -> list[str]:
+    """Every text of a rendered body, in wire order (blocks, messages, tool outputs)."""
+    if transport == "anthropic":
+        texts = [block["text"] for block in body.get("system", [])]
+        for message in body["messages"]:
+            for block in message["content"]:
+                texts.append(block.get("text", block.get("content", "")))
+        return texts
+    if transport == "openai-responses":
+        return [item.get("content", item.get("output", "")) for item in body["input"]]
+    return [message.get("content") or "" for message in body["messages"]]
 
 
 def test_prefix_snapshot_logs_the_composed_session_prefix() -> None:

@@ -25,6 +25,7 @@ from contextfold.context import (
     register_actor_type,
     wire_role,
 )
+from contextfold.context.trust import trusted_extensions
 from contextfold.errors import InvalidInputError
 from contextfold.render.neutral import TRANSPORTS, render_body
 
@@ -49,10 +50,37 @@ def test_external_developer_and_system_items_become_user(actor: str, native: boo
 
 @pytest.mark.parametrize("actor", [None, "agent", "test-scheduler"])
 def test_trusted_developer_items_keep_precedence(actor: str | None) -> None:
-    assert wire_role(_item("developer", actor), True) == "developer"
-    assert wire_role(_item("developer", actor), False) == "system"
-    assert wire_role(_item("system", actor), True) == "system"
-    assert wire_role(_item("system", actor), False) == "system"
+    trusted = ("test-scheduler",)  # a request header's trusted_actor_types
+    assert wire_role(_item("developer", actor), True, trusted) == "developer"
+    assert wire_role(_item("developer", actor), False, trusted) == "system"
+    assert wire_role(_item("system", actor), True, trusted) == "system"
+    assert wire_role(_item("system", actor), False, trusted) == "system"
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_registered_type_is_trusted_only_where_the_request_header_says(native: bool) -> None:
+    """Trust never comes from the live registry: a registered trusted type keeps precedence
+    only through the header's trusted_actor_types, and no header can trust a built-in."""
+    assert actor_types()["test-scheduler"] is True
+    for role in ("developer", "system"):
+        assert wire_role(_item(role, "test-scheduler"), native) == "user"
+        assert wire_role(_item(role, "test-crm"), native, ("test-crm",)) != "user"
+        assert wire_role(_item(role, "slack"), native, ("slack",)) == "user"
+    assert not is_trusted(Actor(type="test-scheduler"))
+    assert is_trusted(Actor(type="test-scheduler"), extra=("test-scheduler",))
+    assert not is_trusted(Actor(type="github"), extra=("github",))
+
+
+def test_trusted_extensions_lists_registered_trusted_types_only() -> None:
+    register_actor_type("test-ext-b", trusted=True)
+    register_actor_type("test-ext-a", trusted=True)
+    extensions = trusted_extensions()
+    assert list(extensions) == sorted(extensions)
+    assert {"test-ext-a", "test-ext-b", "test-scheduler"} <= set(extensions)
+    assert "test-crm" not in extensions
+    assert not set(extensions) & set(BUILTIN_ACTOR_TYPES)
+    header = RequestHeader(transport="openai-chat", model="m", trusted_actor_types=extensions)
+    assert header.trusted_actor_types == extensions
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -79,6 +107,7 @@ def test_actor_registry() -> None:
     assert is_trusted(None)
     assert is_trusted(Actor(type="agent"))
     assert not is_trusted(Actor(type="never-registered"))
+    assert not is_trusted(Actor(type="test-scheduler"))  # registered, but not in a header
     register_actor_type("test-crm", trusted=False)  # same again: fine
     register_actor_type("slack", trusted=False)  # matches the built-in: fine
     with pytest.raises(InvalidInputError, match="already registered"):
@@ -126,14 +155,21 @@ def _wire_texts(body: dict[str, Any], transport: str) -> list[tuple[str, str]]:
     return [(m["role"], m.get("content") or "") for m in body["messages"]]
 
 
-@given(_events(), st.booleans(), st.sampled_from(TRANSPORTS))
+@given(_events(), st.booleans(), st.sampled_from(TRANSPORTS), st.booleans())
 def test_no_external_content_reaches_system_or_developer(
-    events: list[dict[str, Any]], native: bool, transport: Any
+    events: list[dict[str, Any]], native: bool, transport: Any, trust_scheduler: bool
 ) -> None:
     log = Log()
     for fields in events:
         log.add(**fields)
-    header = RequestHeader(transport=transport, model="m", max_tokens=10, developer_role=native)
+    trusted = ("test-scheduler",) if trust_scheduler else ()
+    header = RequestHeader(
+        transport=transport,
+        model="m",
+        max_tokens=10,
+        developer_role=native,
+        trusted_actor_types=trusted,
+    )
     log.request(header)
     state = log.state()
     request = build_request(state)
@@ -141,7 +177,7 @@ def test_no_external_content_reaches_system_or_developer(
     untrusted = {
         offset
         for offset, item in by_offset.items()
-        if not is_trusted(item.actor) or item.tool_call_id is not None or item.compaction
+        if not is_trusted(item.actor, trusted) or item.tool_call_id is not None or item.compaction
     }
     seen = []
     for message in request.messages:

@@ -446,11 +446,20 @@ def test_anthropic_mid_history_developer_and_system_become_marked_user_text() ->
     assert len(body["system"]) == 1
     first = body["messages"][0]
     assert first["role"] == "user"
+    # The marker is its own block: each message's text still opens a block of its own.
     assert [b["text"] for b in first["content"]] == [
         "hello",
-        DEMOTED_MARKERS["developer"] + "dev note",
-        DEMOTED_MARKERS["system"] + "late instruction",
+        DEMOTED_MARKERS["developer"],
+        "dev note",
+        DEMOTED_MARKERS["system"],
+        "late instruction",
     ]
+
+
+def test_anthropic_demoted_empty_message_sends_no_marker() -> None:
+    messages = (_msg("user", "hello"), _msg("developer", ""), _msg("assistant", "ok"))
+    body = render_request(_with(*messages), "anthropic").json()
+    assert [b["text"] for b in body["messages"][0]["content"]] == ["hello"]
 
 
 def test_anthropic_tool_use_and_result_blocks() -> None:
@@ -464,7 +473,11 @@ def test_anthropic_tool_use_and_result_blocks() -> None:
         "input": {"path": "src/a.py"},
     }
     results = body["messages"][2]["content"]
-    assert [b["type"] for b in results] == ["tool_result", "tool_result", "text", "text"]
+    assert [b["type"] for b in results] == ["tool_result"] * 2 + ["text"] * 3
+    assert [b["text"] for b in results[2:4]] == [
+        DEMOTED_MARKERS["developer"],
+        "@10\nCI finished: green.",
+    ]
     assert results[0] == {
         "type": "tool_result",
         "tool_use_id": "call_1",
@@ -705,6 +718,11 @@ def test_user_and_tool_content_never_gain_precedence(
             assert seen[token] == _expected_wire_role(transport, message, index < leading)
             if message.role in ("user", "tool"):
                 assert seen[token] not in ("system", "developer")
+    if transport == "anthropic":
+        # Every message's text opens a block of its own (a demotion marker is a separate
+        # block), so a first line such as an item header stays a first line on the wire.
+        blocks = {text for _, text in _texts(transport, body)}
+        assert all(m.content in blocks for m in ordered if m.content)
     expected_order = [t for m in ordered for t in _TOKEN.findall(m.content)]
     if transport != "anthropic":  # Anthropic lifts tool results to the front of a turn
         assert order == expected_order

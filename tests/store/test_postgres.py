@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -415,3 +416,18 @@ async def test_closed_store_and_driver_errors_are_store_errors(pg_dsn: str) -> N
     await j.close()
     with pytest.raises(StoreUnavailableError, match="closed"):
         await j.store.read("default", "s", after=None, types=None, limit=None)
+
+
+async def test_a_journal_opened_before_its_database_exists_recovers(pg_server: Any) -> None:
+    """A server started while PostgreSQL (here: its database) is not there yet is not stuck
+    with the first failure: the next call opens the store."""
+    name = f"cf_late_{os.getpid()}"
+    journal = open_journal(pg_server.dsn_for(name), timeout=1.0)
+    try:
+        with pytest.raises(StoreUnavailableError):
+            await journal.append("s", [raw(1)])
+        pg_server.create_database(name)
+        assert (await journal.append("s", [raw(2)])).last_position == 1
+    finally:
+        await journal.close()
+        pg_server.drop_database(name)

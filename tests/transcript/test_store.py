@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -256,3 +257,57 @@ async def test_concurrent_first_use_opens_once(unopened_store: TranscriptStore) 
     await asyncio.gather(*(unopened_store.write_message(message(i)) for i in range(10)))
     pages = await asyncio.gather(*(unopened_store.page_messages(S) for _ in range(10)))
     assert all(len(p.messages) == 10 for p in pages)
+
+
+async def test_a_failed_sqlite_open_is_retried_on_the_next_call(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the store's directory should be")
+    store = SQLiteTranscriptStore(blocker / "transcript.db")
+    try:
+        with pytest.raises(StoreUnavailableError, match="cannot open"):
+            await store.write_message(message(0))
+        blocker.unlink()  # the directory can now be created
+        await store.write_message(message(0))
+        assert [m.id for m in (await store.page_messages(S)).messages] == ["m0000"]
+    finally:
+        await store.close()
+
+
+async def test_postgres_unreachable_is_unavailable_and_hides_the_password() -> None:
+    from contextfold.transcript.postgres import PostgresTranscriptStore
+
+    store = PostgresTranscriptStore("postgresql://nobody:secret@127.0.0.1:1/none", timeout=1.0)
+    with pytest.raises(StoreUnavailableError, match="opening the transcript store") as info:
+        await store.open()
+    assert "secret" not in str(info.value)
+    await store.close()
+    keyword = PostgresTranscriptStore("host=127.0.0.1 port=1 password=secret dbname=none")
+    assert "secret" not in keyword.url and "127.0.0.1" in keyword.url
+
+
+async def test_postgres_refused_statement_is_a_store_error_not_unavailable(pg_dsn: str) -> None:
+    """The journal's translation: a statement the server refuses (here a lock timeout, an
+    OperationalError) is a StoreError; only an unreachable server is unavailable."""
+    import psycopg
+    from psycopg import sql
+
+    from contextfold.errors import StoreError
+    from contextfold.transcript.postgres import PostgresTranscriptStore
+
+    with psycopg.connect(pg_dsn, autocommit=True) as admin:
+        name = admin.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
+        admin.execute(
+            sql.SQL("ALTER DATABASE {} SET lock_timeout = '100ms'").format(sql.Identifier(name))
+        )
+    holder = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    store = PostgresTranscriptStore(pg_dsn)
+    try:
+        await holder.execute(
+            "SELECT pg_advisory_lock(hashtextextended(%s, 0))", (f"default\x1f{S}",)
+        )
+        with pytest.raises(StoreError, match="writing transcript rows") as info:
+            await store.write_message(message(0))
+        assert not isinstance(info.value, StoreUnavailableError)
+    finally:
+        await store.close()
+        await holder.close()

@@ -48,6 +48,7 @@ from .trust import (
     is_trusted,
     may_call_tools,
     register_actor_type,
+    trusted_extensions,
     wire_role,
 )
 
@@ -98,5 +99,6 @@ __all__ = [
     "render_item",
     "summary_item",
     "tool_result_item",
+    "trusted_extensions",
     "wire_role",
 ]

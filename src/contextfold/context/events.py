@@ -31,6 +31,7 @@ from ..canonical import canonical_json, check_json_value, loads
 from ..events import Envelope, Event
 
 __all__ = [
+    "BUILTIN_ACTOR_TYPES",
     "HEADER_START",
     "Actor",
     "CompactionMeta",
@@ -60,6 +61,20 @@ TransportName = Literal["openai-chat", "openai-responses", "anthropic"]
 """The wire format a request is sent in (same names as ``render.neutral.Transport``)."""
 
 _ACTOR_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+
+BUILTIN_ACTOR_TYPES: Mapping[str, bool] = {
+    "user": False,
+    "agent": True,
+    "script": False,
+    "tool": False,
+    "slack": False,
+    "telegram": False,
+    "email": False,
+    "github": False,
+    "webhook": False,
+}
+"""The known actor types and whether each is trusted with instruction precedence (fixed;
+``trust.register_actor_type`` adds others)."""
 HEADER_START = re.compile(r"^@[0-9]")
 """How an item header line starts; request-only text (prefix, system prompt) must not."""
 
@@ -71,9 +86,9 @@ class _Frozen(BaseModel):
 class Actor(_Frozen):
     """Who supplied an item, independent of its role.
 
-    ``type`` is one of the known types (user, agent, script, tool, slack, telegram,
-    email, github, webhook) or one added with ``trust.register_actor_type``; an
-    unregistered type is accepted and treated as untrusted.
+    ``type`` is one of :data:`BUILTIN_ACTOR_TYPES` or any other token (added with
+    ``trust.register_actor_type``). Another type is trusted only by a request whose
+    header lists it in ``trusted_actor_types``; elsewhere it is untrusted.
     """
 
     type: str
@@ -260,6 +275,10 @@ class RequestHeader(_Frozen):
     developer_role: bool | None = None
     """Whether the endpoint has a native developer role; None: the transport's default
     (OpenAI transports yes, Anthropic no)."""
+    trusted_actor_types: tuple[str, ...] = ()
+    """The registered, not built-in actor types this request trusts with instruction
+    precedence (``trust.trusted_extensions()`` when it was made); sorted, no duplicates.
+    Logged so a rebuild in any process renders the same roles."""
 
     @field_validator("system_prompt")
     @classmethod
@@ -268,12 +287,27 @@ class RequestHeader(_Frozen):
             raise ValueError("the system prompt must not start like an item header (@<digit>)")
         return value
 
+    @field_validator("trusted_actor_types")
+    @classmethod
+    def _canonical_types(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ACTOR_TYPE.match(name):
+                raise ValueError(f"trusted actor type {name!r} is not an actor type token")
+            if name in BUILTIN_ACTOR_TYPES:
+                raise ValueError(
+                    f"trusted actor type {name!r} is built in: its trust is fixed, "
+                    "list only registered types"
+                )
+        return tuple(sorted(set(value)))
+
     @model_serializer(mode="wrap")
     def _canonical_absence(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # An empty session prefix is canonical absence: no header field, no bytes.
+        # Empty optional tuples are canonical absence: no header field, no bytes, so a
+        # header without them is stored as before they existed.
         data: dict[str, Any] = handler(self)
-        if not data.get("session_prefix"):
-            data.pop("session_prefix", None)
+        for name in ("session_prefix", "trusted_actor_types"):
+            if not data.get(name):
+                data.pop(name, None)
         return data
 
     @property

@@ -8,7 +8,8 @@ the hash of the bytes actually sent, so :func:`verify_requests` can prove it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,7 +36,12 @@ class RequestRecorded(Event, type="contextfold.agent/request-recorded"):
 
 class _Reader(Protocol):
     def read_all(
-        self, stream: str, *, after: str | None = None, page_size: int = 1000
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        types: Sequence[str | type[Event]] | None = None,
+        page_size: int = 1000,
     ) -> AsyncIterator[StoredEvent]: ...
 
 
@@ -49,25 +55,31 @@ class RequestDrift:
     error: str | None = None
 
 
+def _fold(state: AgentContextState, stored: StoredEvent) -> AgentContextState:
+    try:
+        envelope = AgentContext.decode(stored)
+    except (ValueError, ValidationError):
+        return state  # the fold skips what does not decode; the rebuild must agree
+    return state if envelope is None else AgentContext.apply(state, envelope)
+
+
 async def rebuild_state(journal: _Reader, stream: str, offset: int) -> AgentContextState:
-    """The agent context folded through ``offset`` (inclusive), from the journal's start."""
+    """The agent context folded through ``offset`` (inclusive), from the journal's start.
+
+    Reads only the event types of the ``AgentContext`` fold.
+    """
     state = AgentContext.initial_state()
-    async for stored in journal.read_all(stream):
-        if stored.position > offset:
-            break
-        try:
-            envelope = AgentContext.decode(stored)
-        except (ValueError, ValidationError):
-            continue  # the fold skips what does not decode; the rebuild must agree
-        if envelope is not None:
-            state = AgentContext.apply(state, envelope)
+    events = journal.read_all(stream, types=AgentContext.event_types)
+    async with aclosing(events):  # type: ignore[type-var]
+        async for stored in events:
+            if stored.position > offset:
+                break
+            state = _fold(state, stored)
     return state
 
 
-async def rebuild_request(journal: _Reader, stream: str, offset: int) -> RenderedRequest:
-    """The exact request body of request @``offset``. Raises RebuildError when @offset is not
-    a request event or cannot be rendered."""
-    state = await rebuild_state(journal, stream, offset)
+def _render(state: AgentContextState, stream: str, offset: int) -> RenderedRequest:
+    """Request @``offset`` from ``state``, the context folded exactly through it."""
     if state.request_offset != offset or state.header is None:
         raise RebuildError(
             f"stream {stream!r} position {offset} is not a model request with a header "
@@ -81,29 +93,56 @@ async def rebuild_request(journal: _Reader, stream: str, offset: int) -> Rendere
         ) from exc
 
 
+async def rebuild_request(journal: _Reader, stream: str, offset: int) -> RenderedRequest:
+    """The exact request body of request @``offset``. Raises RebuildError when @offset is not
+    a request event or cannot be rendered."""
+    return _render(await rebuild_state(journal, stream, offset), stream, offset)
+
+
+def _drifts(
+    state: AgentContextState, stream: str, offset: int, shas: list[str]
+) -> list[RequestDrift]:
+    try:
+        rebuilt: str | None = _render(state, stream, offset).sha256
+        error = None
+    except RebuildError as exc:
+        rebuilt, error = None, str(exc)
+    return [RequestDrift(offset, sha, rebuilt, error) for sha in shas if sha != rebuilt]
+
+
 async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
     """Rebuild every recorded request of ``stream`` and report each record whose hash the
     rebuild does not give: different bytes, or an offset that is no request (an error).
 
     Every record counts (a retry records the same request again), in offset order.
     A request that was never recorded (interrupted before it was sent) is not checked.
+    One pass: the records and the context events are each read once, the events folded
+    in order, and each recorded request rendered from the state folded exactly through
+    it; nothing is re-read per request (each still costs its own render).
     """
     recorded: dict[int, list[str]] = {}
-    async for stored in journal.read_all(stream):
-        if stored.type == RequestRecorded.event_type:
-            record = stored.decode(RequestRecorded)
-            assert isinstance(record, RequestRecorded)
-            shas = recorded.setdefault(record.request_offset, [])
-            if record.sha256 not in shas:
-                shas.append(record.sha256)
+    async for stored in journal.read_all(stream, types=(RequestRecorded.event_type,)):
+        record = stored.decode(RequestRecorded)
+        assert isinstance(record, RequestRecorded)
+        shas = recorded.setdefault(record.request_offset, [])
+        if record.sha256 not in shas:
+            shas.append(record.sha256)
+    pending = sorted(recorded)
     drifts: list[RequestDrift] = []
-    for offset in sorted(recorded):
-        try:
-            rebuilt: str | None = (await rebuild_request(journal, stream, offset)).sha256
-            error = None
-        except RebuildError as exc:
-            rebuilt, error = None, str(exc)
-        drifts.extend(
-            RequestDrift(offset, sha, rebuilt, error) for sha in recorded[offset] if sha != rebuilt
-        )
+    state = AgentContext.initial_state()
+    index = 0
+    if pending:
+        events = journal.read_all(stream, types=AgentContext.event_types)
+        async with aclosing(events):  # type: ignore[type-var]
+            async for stored in events:
+                # The state now holds every context event before this one.
+                while index < len(pending) and pending[index] < stored.position:
+                    offset = pending[index]
+                    drifts.extend(_drifts(state, stream, offset, recorded[offset]))
+                    index += 1
+                if index == len(pending):
+                    break
+                state = _fold(state, stored)
+    for offset in pending[index:]:
+        drifts.extend(_drifts(state, stream, offset, recorded[offset]))
     return tuple(drifts)

@@ -18,6 +18,9 @@ unescaped), and every item is its own message, so no content can forge another
 item's header. Request-only text (system prompt, session prefix) cannot start with a
 header, and the tail does not. :func:`parse_item_header` reads headers back.
 
+Wire roles come from ``trust.wire_role`` with the header's ``trusted_actor_types``:
+like everything else, trust is read from the journal, so a rebuild gives the same roles.
+
 Tool calls are sent only on an assistant item whose request offset the projection
 verified, and a call id only once; other calls are appended to the content as plain
 text (``unverified tool calls, not executed: [...]``). A tool result is a ``tool``
@@ -325,18 +328,20 @@ def build_request(
     timestamp = timestamp if timestamp is not None else state.request_time
     system, history = _select(state, through)
     developer = header.has_developer_role
+    trusted = header.trusted_actor_types  # from the journal, never the live registry
 
     messages: list[NeutralMessage] = []
     if header.system_prompt:
         messages.append(NeutralMessage(role="system", content=header.system_prompt))
     messages.extend(
-        NeutralMessage(role=wire_role(i, developer), content=render_item(i)) for i in system
+        NeutralMessage(role=wire_role(i, developer, trusted), content=render_item(i))
+        for i in system
     )
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
 
     pairing = _Pairing()
-    items = [pairing.message(item, wire_role(item, developer)) for item in history]
+    items = [pairing.message(item, wire_role(item, developer, trusted)) for item in history]
     _with_breakpoint(items)
     messages.extend(items)
     if timestamp is not None:

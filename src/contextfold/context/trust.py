@@ -4,9 +4,8 @@ Product roles are not wire roles. External data must never acquire instruction
 precedence just because an application filed it as developer (or system) context:
 
 - user items are always ``user``;
-- system and developer items from an untrusted actor (every known type except
-  ``agent``, and every registered type with ``trusted=False`` or not registered at all)
-  become ``user``;
+- system and developer items from an untrusted actor (every built-in type except
+  ``agent``, and every other type unless the request trusts it) become ``user``;
 - actorless and trusted developer items are ``developer`` on a transport with a native
   developer role and ``system`` elsewhere; trusted system items are ``system``;
 - a compaction summary is ``user``: a faithful summary can quote untrusted text;
@@ -14,17 +13,23 @@ precedence just because an application filed it as developer (or system) context
 - assistant items are ``assistant``; only :func:`may_call_tools` items keep tool calls.
 
 A human is untrusted here too: a ``user`` actor on a developer item gets the user role.
+
+Trust is decided from the journal alone, never from process state: the built-in types,
+plus the registered trusted types a request's header snapshot recorded
+(``RequestHeader.trusted_actor_types``, filled from :func:`trusted_extensions` when the
+request is made). A request rebuilt in another process, or after a later registration,
+therefore renders the same roles as when it was sent.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInputError
 from ..render.neutral import Role as WireRole
-from .events import Actor
+from .events import BUILTIN_ACTOR_TYPES, Actor
 
 if TYPE_CHECKING:
     from .state import ContextItem
@@ -37,32 +42,22 @@ __all__ = [
     "is_trusted",
     "may_call_tools",
     "register_actor_type",
+    "trusted_extensions",
     "wire_role",
 ]
 
-BUILTIN_ACTOR_TYPES: Mapping[str, bool] = {
-    "user": False,
-    "agent": True,
-    "script": False,
-    "tool": False,
-    "slack": False,
-    "telegram": False,
-    "email": False,
-    "github": False,
-    "webhook": False,
-}
-"""The known actor types and whether each is trusted with instruction precedence."""
-
 _NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 # Process-wide like the Event registry: register at import time of the defining module.
+# Only trusted_extensions() reads it for decisions, when a request header is made.
 _registry: dict[str, bool] = dict(BUILTIN_ACTOR_TYPES)
 
 
 def register_actor_type(name: str, *, trusted: bool) -> None:
     """Add an actor type. Registering the same name with the same trust again is a no-op.
 
-    Raises InvalidInputError for a malformed name, for a built-in type and for a
-    different trust than the earlier registration (that would change rendered requests).
+    A trusted type gains precedence only in requests made after it is registered (see
+    :func:`trusted_extensions`). Raises InvalidInputError for a malformed name, for a
+    built-in type and for a different trust than the earlier registration.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidInputError(
@@ -89,14 +84,27 @@ def actor_types() -> Mapping[str, bool]:
     return dict(_registry)
 
 
-def is_trusted(actor: Actor | None) -> bool:
-    """True for an actorless (platform-authored) item and for a trusted actor type."""
-    return actor is None or _registry.get(actor.type, False)
+def trusted_extensions() -> tuple[str, ...]:
+    """The registered trusted types that are not built in, sorted: what a request header
+    records as ``trusted_actor_types`` when the request is made."""
+    extensions = (n for n, t in _registry.items() if t and n not in BUILTIN_ACTOR_TYPES)
+    return tuple(sorted(extensions))
 
 
-def is_external(actor: Actor | None) -> bool:
-    """True when the actor is present and not trusted (external data)."""
-    return not is_trusted(actor)
+def is_trusted(actor: Actor | None, extra: Collection[str] = ()) -> bool:
+    """True for an actorless (platform-authored) item, a trusted built-in actor type and a
+    type in ``extra`` (a request header's ``trusted_actor_types``). Pure: the live
+    registry is not consulted."""
+    if actor is None:
+        return True
+    if actor.type in BUILTIN_ACTOR_TYPES:  # fixed: no header can trust slack or a user
+        return BUILTIN_ACTOR_TYPES[actor.type]
+    return actor.type in extra
+
+
+def is_external(actor: Actor | None, extra: Collection[str] = ()) -> bool:
+    """True when the actor is present and not trusted (external data); see :func:`is_trusted`."""
+    return not is_trusted(actor, extra)
 
 
 def may_call_tools(item: ContextItem) -> bool:
@@ -107,15 +115,21 @@ def may_call_tools(item: ContextItem) -> bool:
     )
 
 
-def wire_role(item: ContextItem, transport_has_developer: bool) -> WireRole:
-    """The provider role of ``item`` (see the module docstring for the rules)."""
+def wire_role(
+    item: ContextItem, transport_has_developer: bool, trusted_types: Collection[str] = ()
+) -> WireRole:
+    """The provider role of ``item`` (see the module docstring for the rules).
+
+    ``trusted_types`` are the non-built-in actor types the request trusts (its header's
+    ``trusted_actor_types``); every other non-built-in type is untrusted.
+    """
     if item.tool_call_id is not None:
         return "tool"
     if item.compaction is not None or item.role == "user":
         return "user"
     if item.role == "assistant":
         return "assistant"
-    if is_external(item.actor):
+    if is_external(item.actor, trusted_types):
         return "user"
     if item.role == "system":
         return "system"

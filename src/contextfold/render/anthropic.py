@@ -6,9 +6,10 @@ Role mapping (Anthropic has no developer role and only a top-level ``system``):
   messages (those before any user, assistant or tool message), become the text blocks
   of the ``system`` parameter. Nothing is reordered: they already come first.
 - No system precedence mid-history on Anthropic: a ``system`` or ``developer`` message
-  after history has started becomes a ``user`` text block whose first line is a marker
+  after history has started becomes ``user`` text, preceded by its own marker text block
   (`DEMOTED_MARKERS`). Moving it into ``system`` would reorder the conversation and
-  rewrite the cached prefix of every later request.
+  rewrite the cached prefix of every later request. The marker is a separate block so
+  the message's text block still starts with its own first line (an item's header).
 - ``assistant`` tool calls become ``tool_use`` blocks (``input`` is the parsed arguments
   object); ``tool`` messages become ``tool_result`` blocks in the user turn that directly
   follows, ahead of any text in that turn, as the API requires.
@@ -46,10 +47,10 @@ MAX_CACHE_BREAKPOINTS = 4
 """Anthropic's limit on ``cache_control`` blocks per request."""
 
 DEMOTED_MARKERS: dict[str, str] = {
-    "system": "[system message]\n",
-    "developer": "[developer message]\n",
+    "system": "[system message]",
+    "developer": "[developer message]",
 }
-"""First line put before mid-history system/developer content sent as a user block."""
+"""The text block put before mid-history system/developer content sent as user text."""
 
 _EPHEMERAL = {"type": "ephemeral"}
 
@@ -140,7 +141,10 @@ def _blocks(message: NeutralMessage) -> list[_Block]:
             result["content"] = message.content
         return [_Block(result)]
     if message.role in DEMOTED_MARKERS:
-        return [_Block(_text(DEMOTED_MARKERS[message.role] + message.content))]
+        if not message.content:
+            return []
+        # Its own block: the content's block keeps its first line (an item header) first.
+        return [_Block(_text(DEMOTED_MARKERS[message.role])), _Block(_text(message.content))]
     blocks = _text_blocks(message.content)
     blocks.extend(_Block(_tool_use(call)) for call in message.tool_calls)
     return blocks

@@ -38,6 +38,7 @@ from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
+from ..context.trust import trusted_extensions
 from ..errors import RenderError
 from ..events import Envelope
 from ..journal import Journal
@@ -238,6 +239,8 @@ class Agent:
             transport=self.model.transport,
             model=self.model.model,
             session_prefix=prefix_snapshot(prefix),
+            # The registry is process state: the header records it so rebuilds agree.
+            trusted_actor_types=trusted_extensions(),
             tools=tuple(
                 ToolDefinition(
                     name=s.name,

@@ -21,7 +21,7 @@ from ..context.events import (
     ToolCallResult,
 )
 from ..context.state import AgentContextState
-from ..context.trust import is_external, is_trusted
+from ..context.trust import is_external, is_trusted, trusted_extensions
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 
@@ -73,7 +73,7 @@ def kind_of(item: ContextAdded) -> TriggerKind:
     if item.role == "user" or (item.actor is not None and item.actor.type == "user"):
         return "user"
     if (
-        is_external(item.actor)
+        is_external(item.actor, trusted_extensions())
         and item.actor is not None
         and item.actor.type not in ("script", "tool")
     ):

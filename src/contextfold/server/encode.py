@@ -85,8 +85,10 @@ def streams_json(streams: Sequence[StreamInfo]) -> dict[str, Any]:
 def _item_json(item: ContextItem, state: AgentContextState, developer_role: bool) -> dict[str, Any]:
     body = item.model_dump(mode="json")
     body["header"] = item_header(item)
-    body["wire_role"] = wire_role(item, developer_role)
-    body["external"] = is_external(item.actor)
+    # The trust the request header recorded, so the page shows what went on the wire.
+    trusted = state.header.trusted_actor_types if state.header is not None else ()
+    body["wire_role"] = wire_role(item, developer_role, trusted)
+    body["external"] = is_external(item.actor, trusted)
     body["published"] = item.offset <= state.published_through
     return body
 

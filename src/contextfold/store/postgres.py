@@ -17,9 +17,10 @@ import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, NoReturn, TypeVar, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import PipelineAborted
 from psycopg.rows import AsyncRowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
@@ -37,7 +38,7 @@ from .base import (
     wrong_version,
 )
 
-__all__ = ["NOTIFY_CHANNEL", "PostgresStore"]
+__all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url"]
 
 R = TypeVar("R")
 
@@ -167,7 +168,7 @@ class PostgresStore(Store):
                 f"{poll_fallback=}"
             )
         self.url = url
-        self._safe_url = _redact(url)
+        self._safe_url = redact_url(url)
         self._min_size = min_size
         self._max_size = max_size
         self._timeout = timeout
@@ -184,13 +185,7 @@ class PostgresStore(Store):
     # -- plumbing -------------------------------------------------------------------------
 
     def _fail(self, exc: Exception, doing: str) -> NoReturn:
-        """The one place where driver errors become contextfold errors."""
-        if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
-            raise StoreUnavailableError(
-                f"PostgreSQL at {self._safe_url} is unavailable while {doing}: {exc}; "
-                "check that the server is up and the URL is right, then retry"
-            ) from exc
-        raise StoreError(f"PostgreSQL error at {self._safe_url} while {doing}: {exc}") from exc
+        raise driver_error(exc, self._safe_url, doing) from exc
 
     @contextlib.asynccontextmanager
     async def _connection(self, doing: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
@@ -556,6 +551,22 @@ def _pipeline(conn: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncCon
     return conn.pipeline() if psycopg.AsyncPipeline.is_supported() else contextlib.nullcontext()
 
 
+def driver_error(exc: Exception, where: str, doing: str) -> StoreError:
+    """The one place where PostgreSQL driver errors become contextfold errors (the journal
+    and the transcript store both raise what this returns).
+
+    StoreUnavailableError when the server is out of reach (no connection from the pool, an
+    OS error, a lost connection or a server shutdown), else StoreError. ``where`` is the
+    redacted URL (:func:`redact_url`), ``doing`` what was being done.
+    """
+    if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
+        return StoreUnavailableError(
+            f"PostgreSQL at {where} is unavailable while {doing}: {exc}; "
+            "check that the server is up and the URL is right, then retry"
+        )
+    return StoreError(f"PostgreSQL error at {where} while {doing}: {exc}")
+
+
 def _lost_connection(exc: Exception) -> bool:
     """Whether a driver error means the server is out of reach (not a refused statement)."""
     if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PipelineAborted):
@@ -565,14 +576,27 @@ def _lost_connection(exc: Exception) -> bool:
     return state is None or state.startswith(("08", "57P"))
 
 
-def _redact(url: str) -> str:
-    """The URL without its password, for messages."""
+def redact_url(url: str) -> str:
+    """A PostgreSQL URL or ``key=value`` connection string without its password, for
+    messages."""
+    if "://" not in url:
+        try:
+            info = conninfo_to_dict(url)
+        except psycopg.Error:
+            return "<unparsable connection string>"
+        if "password" in info:
+            info["password"] = "***"
+        return make_conninfo("", **info)
     try:
         parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
     except ValueError:
         return "<unparsable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
+    if any(key == "password" for key, _ in query):
+        masked = [(key, "***" if key == "password" else value) for key, value in query]
+        parts = parts._replace(query=urlencode(masked, safe="*"))
+    if parts.password is not None:
+        netloc = parts.netloc.rsplit("@", 1)[1]
+        user = f"{parts.username}:***@" if parts.username else ":***@"
+        parts = parts._replace(netloc=user + netloc)
+    return urlunsplit(parts)

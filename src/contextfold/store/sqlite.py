@@ -1,7 +1,8 @@
 """The SQLite store: the embedded default. One file, WAL mode, zero set-up.
 
 All statements run on one dedicated thread holding one connection, so the event loop
-never blocks on disk. Appends take ``BEGIN IMMEDIATE``: writers from other processes
+never blocks on disk; the first statement connects, and a failed connect is retried by
+the next call. Appends take ``BEGIN IMMEDIATE``: writers from other processes
 queue on SQLite's lock (``busy_timeout``) instead of failing, and positions are computed
 inside the write transaction, so concurrent processes never produce a gap or duplicate.
 An append that returned is committed in the WAL and survives ``kill -9`` of the process.
@@ -97,28 +98,49 @@ class SQLiteStore(Store):
 
     # -- plumbing -------------------------------------------------------------------------
 
-    def _connect(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-        conn.executescript(_SCHEMA)
+    def _connect(self) -> sqlite3.Connection:
+        """Runs on the worker thread (its one job at a time), so only one job connects."""
+        try:
+            if self.path != ":memory:":
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except (sqlite3.Error, OSError) as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.executescript(_SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            conn.close()
+            raise self._unavailable(exc) from exc
         self._conn = conn
+        return conn
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        # Not kept: the next call connects again (the path may have become reachable).
+        return StoreUnavailableError(
+            f"cannot open the journal at {self.url}: {exc}; "
+            "check the path and its permissions, then retry"
+        )
+
+    def _disconnect(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         if self._closed:
             raise StoreUnavailableError(f"the journal at {self.url} is closed")
         if self._executor is None:
+            # Created without an await in between, so concurrent first calls share it; its
+            # one worker runs jobs in order, and the first job connects.
             self._executor = ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="contextfold-sqlite"
             )
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._connect)
-        conn = self._conn
 
         def call() -> T:
-            assert conn is not None
+            conn = self._conn if self._conn is not None else self._connect()
             try:
                 return fn(conn)
             except sqlite3.Error as exc:
@@ -140,9 +162,8 @@ class SQLiteStore(Store):
             return
         self._closed = True
         if self._executor is not None:
-            conn = self._conn
-            if conn is not None:
-                await asyncio.get_running_loop().run_in_executor(self._executor, conn.close)
+            # On the worker, after any job still running (one may be connecting).
+            await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
             self._executor.shutdown(wait=True)
 
     # -- the contract ---------------------------------------------------------------------
@@ -233,6 +254,10 @@ class SQLiteStore(Store):
         def work(conn: sqlite3.Connection) -> ReadResult:
             start: int | None = 0
             if target:
+                # One read transaction: the cursor lookup and the page see one snapshot, so
+                # a delete and recreate in between cannot continue an old cursor into a new
+                # history without reset.
+                conn.execute("BEGIN")
                 row = conn.execute(
                     "SELECT position FROM cf_events"
                     " WHERE global_position = ? AND namespace = ? AND stream = ?",
@@ -258,6 +283,8 @@ class SQLiteStore(Store):
             more = limit is not None and len(rows) > limit
             if more:
                 del rows[limit:]
+            if conn.in_transaction:
+                conn.execute("COMMIT")
             events = tuple(_event(namespace, stream, r) for r in rows)
             cursor = events[-1].cursor if events else (None if reset else after)
             return ReadResult(events, cursor, reset=reset, more=more)

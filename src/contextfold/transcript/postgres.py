@@ -17,8 +17,9 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import StoreUnavailableError
 from ..store.base import check_namespace
+from ..store.postgres import driver_error, redact_url
 from .parts import Message, Part, is_unfinished
 from .persist import (
     DEFAULT_PAGE_SIZE,
@@ -98,7 +99,12 @@ _LOCK_SESSION = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 
 
 class PostgresTranscriptStore(TranscriptStore):
-    """Transcript rows in PostgreSQL, reached through a psycopg connection pool."""
+    """Transcript rows in PostgreSQL, reached through a psycopg connection pool.
+
+    ``timeout`` bounds the wait for a connection. Driver errors are translated like the
+    journal's (``contextfold.store.postgres.driver_error``): StoreUnavailableError when the
+    server cannot be reached, StoreError otherwise.
+    """
 
     def __init__(
         self,
@@ -107,18 +113,20 @@ class PostgresTranscriptStore(TranscriptStore):
         namespace: str = "default",
         min_size: int = 1,
         max_size: int = 4,
+        timeout: float = 30.0,
         _pool: AsyncConnectionPool | None = None,
     ) -> None:
         self.namespace = check_namespace(namespace)
         self.dsn = dsn
-        self.url = _redact(dsn)
+        self.url = redact_url(dsn)
         self._min_size = min_size
         self._max_size = max_size
+        self._timeout = timeout
         self._shared: dict[str, Any] = {"pool": _pool, "closed": False, "lock": asyncio.Lock()}
 
     def with_namespace(self, namespace: str) -> PostgresTranscriptStore:
         """The same database and pool, scoped to another namespace (closing either closes both)."""
-        view = PostgresTranscriptStore(self.dsn, namespace=namespace)
+        view = PostgresTranscriptStore(self.dsn, namespace=namespace, timeout=self._timeout)
         view._shared = self._shared
         return view
 
@@ -150,24 +158,25 @@ class PostgresTranscriptStore(TranscriptStore):
             self.dsn,
             min_size=self._min_size,
             max_size=self._max_size,
+            timeout=self._timeout,
             open=False,
             kwargs={"autocommit": True},
         )
         try:
-            await pool.open(wait=True, timeout=30)
+            await pool.open(wait=True, timeout=self._timeout)
             async with pool.connection() as conn, conn.transaction():
                 await conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 await conn.execute(_SCHEMA)
-        except Exception as exc:
+        except BaseException as exc:
             await pool.close()
-            raise StoreUnavailableError(
-                f"cannot open the transcript store at {self.url}: {exc}"
-            ) from exc
+            if isinstance(exc, (psycopg.Error, OSError)):
+                raise driver_error(exc, self.url, "opening the transcript store") from exc
+            raise
         return pool
 
     @asynccontextmanager
     async def _conn(
-        self, *, transaction: bool = False
+        self, doing: str, *, transaction: bool = False
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         pool = await self._pool()
         try:
@@ -177,10 +186,8 @@ class PostgresTranscriptStore(TranscriptStore):
                         yield conn
                 else:
                     yield conn
-        except psycopg.OperationalError as exc:
-            raise StoreUnavailableError(f"PostgreSQL at {self.url} is unavailable: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"PostgreSQL error on transcript store {self.url}: {exc}") from exc
+        except (psycopg.Error, OSError) as exc:
+            raise driver_error(exc, self.url, doing) from exc
 
     # -- writing ------------------------------------------------------------------------
 
@@ -235,7 +242,7 @@ class PostgresTranscriptStore(TranscriptStore):
         check_rows(messages, parts)
         if not messages and not parts:
             return
-        async with self._conn(transaction=True) as conn:
+        async with self._conn("writing transcript rows", transaction=True) as conn:
             await self._lock(conn, [m.session for m in messages] + [p.session for p in parts])
             await self._upsert(conn, messages, parts)
 
@@ -243,7 +250,7 @@ class PostgresTranscriptStore(TranscriptStore):
         self, session: str, confirmed: Mapping[str, str] | None = None, *, now: str | None = None
     ) -> CleanupResult:
         check_session(session)
-        async with self._conn(transaction=True) as conn:
+        async with self._conn(f"cleaning up session {session!r}", transaction=True) as conn:
             await self._lock(conn, [session])
             messages, parts = await self._unfinished(conn, session)
             closed = close_rows(messages, parts, confirmed, now)
@@ -254,7 +261,7 @@ class PostgresTranscriptStore(TranscriptStore):
 
     async def get_message(self, session: str, message_id: str) -> Message | None:
         check_session(session)
-        async with self._conn() as conn:
+        async with self._conn(f"reading session {session!r}") as conn:
             cur = await conn.execute(
                 "SELECT data FROM cf_transcript_messages"
                 " WHERE namespace = %s AND session = %s AND id = %s",
@@ -265,7 +272,7 @@ class PostgresTranscriptStore(TranscriptStore):
 
     async def get_part(self, session: str, part_id: str) -> Part | None:
         check_session(session)
-        async with self._conn() as conn:
+        async with self._conn(f"reading session {session!r}") as conn:
             cur = await conn.execute(
                 "SELECT data FROM cf_transcript_parts"
                 " WHERE namespace = %s AND session = %s AND id = %s",
@@ -280,7 +287,7 @@ class PostgresTranscriptStore(TranscriptStore):
         check_session(session)
         check_limit(limit)
         start = parse_cursor(after)
-        async with self._conn() as conn:
+        async with self._conn(f"paging session {session!r}") as conn:
             cur = await conn.execute(
                 "SELECT seq, data FROM cf_transcript_messages"
                 " WHERE namespace = %s AND session = %s AND seq > %s ORDER BY seq, id LIMIT %s",
@@ -299,7 +306,7 @@ class PostgresTranscriptStore(TranscriptStore):
         ids = list(dict.fromkeys(message_ids))
         found: dict[str, list[Part]] = {i: [] for i in ids}
         if ids:
-            async with self._conn() as conn:
+            async with self._conn(f"reading parts of session {session!r}") as conn:
                 cur = await conn.execute(
                     "SELECT message_id, data FROM cf_transcript_parts"
                     " WHERE namespace = %s AND session = %s AND message_id = ANY(%s) ORDER BY seq",
@@ -329,7 +336,7 @@ class PostgresTranscriptStore(TranscriptStore):
 
     async def unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
         check_session(session)
-        async with self._conn() as conn:
+        async with self._conn(f"reading unfinished rows of session {session!r}") as conn:
             return await self._unfinished(conn, session)
 
     async def sessions(self, *, limit: int | None = None) -> tuple[SessionInfo, ...]:
@@ -339,18 +346,7 @@ class PostgresTranscriptStore(TranscriptStore):
         if limit is not None:
             sql += " LIMIT %s"
             args.append(check_limit(limit))
-        async with self._conn() as conn:
+        async with self._conn("listing sessions") as conn:
             cur = await conn.execute(sql, args)
             rows = await cur.fetchall()
         return tuple(SessionInfo(*row) for row in rows)
-
-
-def _redact(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    try:
-        info = psycopg.conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        return "postgresql://…"
-    host = info.get("host", "localhost")
-    port = info.get("port", "5432")
-    return f"postgresql://{host}:{port}/{info.get('dbname', '')}"

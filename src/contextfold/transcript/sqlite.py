@@ -105,14 +105,7 @@ class _Database:
         self._busy_ms = busy_ms
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
-        self._failure = ""
         self._closed = False
-
-    def _connect_once(self) -> None:
-        try:
-            self._connect()
-        except (sqlite3.Error, OSError) as exc:
-            self._failure = str(exc)
 
     def _connect(self) -> None:
         if self.path != ":memory:":
@@ -133,16 +126,21 @@ class _Database:
             raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
         loop = asyncio.get_running_loop()
         if self._executor is None:
-            # One worker runs jobs in order: connecting is queued before any statement.
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-transcript")
-            loop.run_in_executor(self._executor, self._connect_once)
 
         def call() -> T:
+            # The one worker runs jobs in order, so only one job connects. A failed connect
+            # is not kept: the next job tries again (the file may have become reachable).
+            if self._conn is None:
+                try:
+                    self._connect()
+                except (sqlite3.Error, OSError) as exc:
+                    raise StoreUnavailableError(
+                        f"cannot open the transcript store at {self.url}: {exc}; "
+                        "check the path and its permissions, then retry"
+                    ) from exc
             conn = self._conn
-            if conn is None:
-                raise StoreUnavailableError(
-                    f"cannot open the transcript store at {self.url}: {self._failure}"
-                )
+            assert conn is not None
             try:
                 return fn(conn)
             except sqlite3.Error as exc:

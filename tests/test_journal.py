@@ -1,0 +1,83 @@
+"""The journal API: opening retries after a failure, and the sync facade mirrors the async one."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import contextfold as cf
+from contextfold.errors import StoreUnavailableError
+from contextfold.journal import Journal, SyncJournal
+from contextfold.store.memory import MemoryStore
+
+
+class Note(cf.Event, type="test-journal/note"):
+    text: str
+
+
+class FlakyStore(MemoryStore):
+    """A store whose first ``failures`` opens fail, like a database that is still starting."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+        self.opens = 0
+
+    async def open(self) -> None:
+        self.opens += 1
+        if self.opens <= self.failures:
+            raise StoreUnavailableError("the database is not up yet")
+        await super().open()
+
+
+async def test_a_failed_open_is_retried_on_the_next_call() -> None:
+    store = FlakyStore(failures=2)
+    journal = Journal(store)
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError, match="not up yet"):
+            await journal.append("s", Note(text="lost"))
+    done = await journal.append("s", Note(text="kept"))
+    assert done.last_position == 1
+    assert await journal.with_namespace("other").version("s") == 0  # views share the open
+    assert store.opens == 3
+    await journal.close()
+
+
+def _public(cls: type) -> set[str]:
+    return {name for name in vars(cls) if not name.startswith("_")}
+
+
+def test_the_sync_journal_has_every_public_method_of_the_async_one() -> None:
+    coroutines = {
+        name
+        for name, member in vars(Journal).items()
+        if not name.startswith("_")
+        and (inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member))
+    }
+    assert {"append", "rebuild_request", "contains", "head", "subscribe"} <= coroutines
+    # prepare and folds are loop-free helpers, reachable as sync_journal.journal.prepare/.folds.
+    assert _public(Journal) - {"prepare", "folds"} <= _public(SyncJournal)
+    for name in coroutines:
+        assert not inspect.iscoroutinefunction(getattr(SyncJournal, name)), name
+
+
+def test_the_sync_journal_calls_through() -> None:
+    with cf.open_journal_sync("memory://") as journal:
+        done = journal.append("s", [Note(text="a"), Note(text="b")])
+        assert journal.head("s") == done.cursor
+        assert journal.contains("s", done.cursor)
+        other = journal.with_namespace("tenant-2")
+        assert other.namespace == "tenant-2" and other.url == journal.url
+        assert not other.contains("s", done.cursor)
+        other.append("s", Note(text="c"))
+        assert [e.payload["text"] for e in other.read_all("s")] == ["c"]
+        assert journal.version("s") == 2
+        journal.end_run("s", "run-1")
+        header = cf.RequestHeader(transport="openai-chat", model="m")
+        request = journal.append(
+            "agent",
+            [cf.ContextAdded(role="user", content="hi"), cf.LlmRequestRequested(header=header)],
+        )
+        rebuilt = journal.rebuild_request("agent", request.last_position)
+        assert rebuilt.transport == "openai-chat" and b"hi" in rebuilt.body
