@@ -17,6 +17,7 @@ RATIO_VS = re.compile(r"^RATIO prompt_cache_vs_baseline (\d+\.\d{2}) target >= 1
 SERIES = re.compile(
     r"^  (contextfold|baseline) +mean share (\d\.\d{4}) .* over (\d+) requests, (\d+) skipped"
 )
+SHORT_RUN_FLOOR = 0.88  # contextfold's mean prefix share on the short run, per transport
 RUN = re.compile(
     r"^\[(anthropic|openai-chat)\] (\d+) requests, (\d+) compactions, .* byte-identical$"
 )
@@ -43,9 +44,11 @@ def test_short_run_prints_ratios_and_beats_the_baseline(
     vs_baseline = RATIO_VS.match(vs_line)
     assert share is not None, share_line
     assert vs_baseline is not None, vs_line
-    # The exit status is the verdict on the first target, whatever this short run measures.
+    # The seeded 60-turn run measures 0.900 (worst transport) against the baseline's ~0.58;
+    # the 0.95 target is for long sessions, so this run's exit status is 1 (not met).
+    assert float(share.group(1)) >= SHORT_RUN_FLOOR
+    assert float(vs_baseline.group(1)) >= 1.4
     assert code == (0 if float(share.group(1)) >= 0.95 else 1)
-    assert float(vs_baseline.group(1)) > 1.0
 
     runs = [RUN.match(line) for line in lines]
     runs_found = [m for m in runs if m is not None]
@@ -62,7 +65,8 @@ def test_short_run_prints_ratios_and_beats_the_baseline(
             # The first request and the first after each compaction are not measured.
             assert int(match.group(4)) == 1 + compactions
             assert int(match.group(3)) == requests - 1 - compactions
-        assert float(ours.group(2)) > float(baseline.group(2))
+        assert float(ours.group(2)) >= SHORT_RUN_FLOOR
+        assert float(ours.group(2)) > float(baseline.group(2)) + 0.2
 
 
 def test_contextfold_only_loses_what_is_new(bench: ModuleType) -> None:

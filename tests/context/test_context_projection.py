@@ -227,7 +227,7 @@ def test_fold_is_registered_for_the_context_events() -> None:
         LlmRequestRequested.event_type,
     }
     assert AgentContext.initial_state() == AgentContextState()
-    assert AgentContext.can_compact  # a checkpointable state schema
+    assert not AgentContext.can_compact  # compacts by cutoff only, never by checkpoint
 
 
 def test_state_round_trips_through_the_fold_checkpoint_codec() -> None:

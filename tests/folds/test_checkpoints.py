@@ -358,6 +358,47 @@ async def test_folds_that_cannot_compact_are_unsupported(store: RecordingStore) 
     assert await journal.version("s") == 1
 
 
+async def test_a_fold_made_with_compactable_false_never_uses_checkpoints(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    fold: cf.Fold[Chat] = cf.Fold("cutoff_chat", state=Chat, compactable=False)
+    fold.on(Said)(
+        lambda s, ev: s.model_copy(update={"turns": (*s.turns, Turn(text=ev.payload.text))})
+    )
+    await journal.append("s", [Said(text="a"), Said(text="b")])
+    assert not fold.can_compact
+    with pytest.raises(cf.FoldCompactionError) as caught:
+        await journal.compact(fold, "s", summarize_all_but(1))
+    assert caught.value.reason == "unsupported"
+    assert await journal.version("s") == 2  # nothing published
+
+    # A checkpoint stored under its name anyway is never read, warm or cold.
+    await journal.append(
+        "s",
+        cf.RawEvent(fold.checkpoint_type, {"through": None, "state": {"summary": "forged"}}),
+        channels=(),
+    )
+    await journal.append("s", Said(text="c"))
+    pure = fold.apply_all(
+        fold.initial_state(),
+        [cf.Envelope.make(Said(text=t), position=i) for i, t in enumerate("abc", start=1)],
+    )
+    assert await journal.fold(fold, "s") == pure
+    assert await cf.Journal(store).fold(fold, "s") == pure
+
+
+async def test_the_agent_context_compacts_by_cutoff_only(store: RecordingStore) -> None:
+    # Request rebuilds fold its events alone: a checkpoint would make live requests differ.
+    journal = cf.Journal(store)
+    await journal.append("s", cf.ContextAdded(role="user", content="hi"))
+    assert not cf.AgentContext.can_compact
+    with pytest.raises(cf.FoldCompactionError) as caught:
+        await journal.compact(cf.AgentContext, "s", lambda state: state)
+    assert caught.value.reason == "unsupported"
+    assert await journal.version("s") == 1
+
+
 # -- events during compaction, races -----------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Literal
 
 import pytest
@@ -248,6 +249,38 @@ async def test_plain_fold_state_is_deeply_frozen() -> None:
     # Nothing changed: another fold object (a cache of its own) folds the same state.
     assert state[0]["text"] == "one"
     assert await journal.fold(plain_fold(), "s") == state
+
+
+async def test_a_growing_tuple_state_is_not_walked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each event builds (*state, new): freezing it must only walk what the handler added, or
+    # folding n events costs O(n²) walks. Recursive calls go through the module's global.
+    module = sys.modules["contextfold.folds.freeze"]
+    walked: list[object] = []
+    original = module.freeze
+
+    def counting(value: object) -> object:
+        walked.append(value)
+        return original(value)
+
+    monkeypatch.setattr(module, "freeze", counting)
+    f: cf.Fold[tuple[tuple[Turn, tuple[str, ...]], ...]] = cf.Fold("growing", initial=tuple)
+
+    @f.on(Said)
+    def _said(
+        state: tuple[tuple[Turn, tuple[str, ...]], ...], ev: cf.Envelope[Said]
+    ) -> tuple[tuple[Turn, tuple[str, ...]], ...]:
+        return (*state, (Turn(role="user", text=ev.payload.text), ("tag",)))
+
+    events = 300
+    state = f.apply_all(f.initial_state(), [env(Said(text=str(i)), i) for i in range(events)])
+    assert len(walked) <= 3 * events  # the new pair and its tags, not the whole history
+    assert isinstance(state, cf.FrozenList) and isinstance(state[0], cf.FrozenList)
+    assert isinstance(state[0][1], cf.FrozenList) and state[-1][1] == ("tag",)
+    assert original(state) is state
+    with pytest.raises(AttributeError):
+        state[0][1].append("x")  # type: ignore[attr-defined]
+    with pytest.raises(ValidationError):
+        state[0][0].text = "x"  # type: ignore[misc]
 
 
 async def test_a_handler_that_writes_to_its_state_fails_the_read() -> None:

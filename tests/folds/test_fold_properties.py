@@ -280,11 +280,13 @@ def test_warm_reads_equal_cold_rebuilds_on_sqlite(ops: list[tuple[Any, ...]]) ->
     async def main(path: str) -> None:
         store = SQLiteStore(path)
         try:
-            await Scenario(cf.Journal(store), lambda: cold_on(store)).run(ops)
-            # A fresh journal on the same file (its own connection) folds the same state.
+            journal = cf.Journal(store)
+            await Scenario(journal, lambda: cold_on(store)).run(ops)
+            # The journal that read all along (its cached states, warm) folds what a fresh
+            # journal on the same file, through a connection of its own, rebuilds cold.
             again = SQLiteStore(path)
             try:
-                journal = cf.Journal(store)
+                assert len(journal.folds.cache) == 2  # both states cached: these reads are warm
                 warm = (
                     await journal.fold(Conversation, STREAM),
                     await journal.fold(Tallied, STREAM),

@@ -232,6 +232,27 @@ async def test_a_stale_cursor_after_delete_stream_rebuilds(store: RecordingStore
     assert await journal.fold(fold, "s") == ()
 
 
+async def test_a_raising_handler_fails_warm_and_cold_reads_alike(store: RecordingStore) -> None:
+    # A failed catch-up leaves the cached state as it was: the next warm read meets the same
+    # event again and raises like a cold rebuild, instead of silently skipping it.
+    fold: cf.Fold[tuple[str, ...]] = cf.Fold("fragile", state=tuple[str, ...], initial=tuple)
+
+    @fold.on(Said)
+    def _said(state: tuple[str, ...], ev: cf.Envelope[Said]) -> tuple[str, ...]:
+        if ev.payload.text == "boom":
+            raise RuntimeError(f"cannot fold @{ev.position}")
+        return (*state, ev.payload.text)
+
+    journal = cf.Journal(store)
+    await journal.append("s", Said(text="before"))
+    assert await journal.fold(fold, "s") == ("before",)  # cached, warm from here on
+    await journal.append("s", [Said(text="ok"), Said(text="boom"), Said(text="after")])
+
+    for reader in (journal, journal, cf.Journal(store), journal):
+        with pytest.raises(RuntimeError, match="cannot fold @3"):
+            await reader.fold(fold, "s")
+
+
 # -- run scope ---------------------------------------------------------------------------------
 
 

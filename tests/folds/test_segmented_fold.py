@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 import contextfold as cf
@@ -220,3 +222,120 @@ async def test_missing_target_ignored_is_not_reported() -> None:
     # A late result whose step exists still attaches.
     await journal.append("s", LateResult(step_id="s1", output="late"))
     assert (await journal.fold(fold, "s")).segments[0].data.results == ("late",)
+
+
+# -- the id index ------------------------------------------------------------------------------
+
+
+class CountedId(str):
+    """A segment id that counts how often it is compared."""
+
+    compared = 0
+
+    def __eq__(self, other: object) -> bool:
+        CountedId.compared += 1
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        CountedId.compared += 1
+        return str.__ne__(self, other)
+
+    __hash__ = str.__hash__
+
+
+def test_a_late_result_does_not_scan_the_segments() -> None:
+    fold = cf.SegmentedFold("counted", data=StepData, tag="kind")
+    fold.open(Step)(lambda ev: cf.Segment(CountedId(ev.payload.step_id), StepData(text="t")))
+
+    @fold.attach(Result, kind="step", to=lambda ev: ev.payload.step_id)
+    def _result(step: StepData, ev: cf.Envelope[Result]) -> StepData:
+        return step.model_copy(update={"results": (*step.results, ev.payload.output)})
+
+    state = fold.initial_state()
+    for i in range(2000):
+        state = fold.apply(state, env(Step(step_id=f"s{i}", text="t"), i))
+    state = fold.apply(state, env(Result(step_id="s1999", output="first"), 2000))  # indexes
+    CountedId.compared = 0
+    for i in range(100):
+        state = fold.apply(state, env(Step(step_id=f"n{i}", text="t"), 3000 + i))
+        state = fold.apply(state, env(Result(step_id=f"s{i}", output="late"), 4000 + i))
+    assert CountedId.compared <= 10 * 100  # not the ~2,000 a scan from the newest makes each
+    assert [s.data.results for s in list(state.segments)[:2]] == [("late",), ("late",)]
+    assert state.segments[1999].data.results == ("first",)
+
+
+def test_attach_finds_the_newest_of_an_id_opened_again_after_indexing() -> None:
+    fold = make_fold()
+    state = fold.apply_all(
+        fold.initial_state(),
+        [
+            env(Step(step_id="a", text="first"), 1),
+            env(Result(step_id="a", output="1"), 2),  # the first attach indexes the state
+            env(Step(step_id="a", text="second"), 3),
+            env(Prompt(id="a", text="a prompt, same id"), 4),
+            env(Result(step_id="a", output="2"), 5),
+        ],
+    )
+    assert [s.data.results for s in state.segments[:2]] == [("1",), ("2",)]
+
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("prompt"), st.sampled_from("abc")),
+        st.tuples(st.just("step"), st.sampled_from("abc")),
+        st.tuples(st.just("step"), st.sampled_from("abc")),
+        st.tuples(st.just("result"), st.sampled_from("abcd")),
+        st.tuples(st.just("late"), st.sampled_from("abcd")),
+        st.tuples(st.just("noop"), st.sampled_from("abcd")),
+        st.tuples(st.just("forget"), st.sampled_from("abc")),
+        st.tuples(st.just("restore")),
+    ),
+    max_size=40,
+)
+
+
+def scanned(state: cf.SegmentedState, target: str, kind: str | None) -> int | None:
+    """The newest segment with the id (and kind): the index must agree with this scan."""
+    for index in range(len(state.segments) - 1, -1, -1):
+        segment = state.segments[index]
+        if segment.id == target and (kind is None or segment.data.kind == kind):
+            return index
+    return None
+
+
+def event_of(op: tuple[str, ...], position: int) -> cf.Event:
+    kind, target = op
+    if kind == "prompt":
+        return Prompt(id=target, text="p")
+    if kind == "step":
+        return Step(step_id=target, text="s")
+    if kind == "result":
+        return Result(step_id=target, output=str(position))
+    if kind == "late":
+        return LateResult(step_id=target, output=str(position))
+    if kind == "noop":
+        return Noop(step_id=target)
+    return Forget(id=target)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops)
+def test_attach_finds_the_segment_a_scan_from_the_newest_finds(ops: list[tuple[str, ...]]) -> None:
+    fold = make_fold("indexed")
+    state = fold.initial_state()
+    for position, op in enumerate(ops, start=1):
+        if op[0] == "restore":  # a checkpoint: a state without an index
+            state = fold.decode_state(fold.encode_state(state))
+            continue
+        after, problem = fold.apply_reporting(state, env(event_of(op, position), position))
+        if op[0] in ("result", "late"):
+            expected = scanned(state, op[1], "step")
+            changed = [
+                i for i, (a, b) in enumerate(zip(state, after, strict=True)) if a.data != b.data
+            ]
+            assert changed == ([] if expected is None else [expected])
+            assert problem == (
+                "missing-segment" if expected is None and op[0] == "result" else None
+            )
+        state = after
+    assert fold.decode_state(fold.encode_state(state)) == state

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import math
 from typing import Any
@@ -9,6 +10,7 @@ from typing import Any
 import pytest
 
 import contextfold as cf
+from contextfold.views.view import Work
 
 
 class Opened(cf.Event, type="view/opened"):
@@ -172,6 +174,58 @@ def test_each_view_counts_with_its_own_counter() -> None:
         assert count_with(tokens) == tokens
         gc.collect()
     assert cf.ContextView(Sized, count=by_size).count(segment) == 7
+
+
+def test_views_built_per_request_leave_one_memo_entry_per_segment() -> None:
+    state = state_of(*[(f"s{i}", "step", 10) for i in range(8)])
+    for _ in range(1000):
+        cf.ContextView(Sized, count=by_size)(state, budget=math.inf)
+    assert [len(s._memo) for s in state.segments] == [1] * 8
+
+    for _ in range(1000):
+        elide = cf.elide(keep_newest=2, map=halve)
+        result = cf.ContextView(Sized, count=by_size, strategies=[elide])(state, budget=1)
+    # Its count, and for the six older segments their elided form (which holds its count).
+    assert [len(s._memo) for s in state.segments] == [2] * 6 + [1] * 2
+    assert [len(s._memo) for s in result.state.segments] == [1] * 8
+
+
+@dataclasses.dataclass
+class Plus:
+    """A counter that is unhashable (a dataclass with eq): memoized by identity instead."""
+
+    extra: int
+
+    def __call__(self, segment: cf.Segment[dict[str, Any]]) -> int:
+        return by_size(segment) + self.extra
+
+
+@dataclasses.dataclass
+class Halve:
+    def __call__(self, data: dict[str, Any]) -> dict[str, Any]:
+        return halve(data)
+
+
+def test_an_unhashable_counter_is_memoized_by_identity() -> None:
+    segment = cf.Segment("x", {"kind": "user", "size": 7})
+    assert cf.ContextView(Sized, count=Plus(1)).count(segment) == 8
+    assert cf.ContextView(Sized, count=Plus(2)).count(segment) == 9
+    elide = cf.elide(keep_newest=0, map=Halve())
+    assert elide.apply(segment, 0, 1) is elide.apply(segment, 0, 1)
+    assert elide.apply(segment, 0, 1).data["size"] == 3
+
+
+def test_a_state_within_budget_is_returned_without_walking_it() -> None:
+    looked: list[int] = []
+
+    class Probe(Work):
+        def segment(self, index: int) -> cf.Segment[Any]:
+            looked.append(index)
+            return super().segment(index)
+
+    state = state_of(*[(f"s{i}", "step", 10) for i in range(50)])
+    kept = Probe(cf.ContextView(Sized, count=by_size), state).state()
+    assert looked == [] and kept.segments is state.segments and kept == state
 
 
 # -- elide -------------------------------------------------------------------------------------

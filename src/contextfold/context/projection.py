@@ -32,7 +32,13 @@ from .trust import is_trusted
 __all__ = ["AgentContext", "fold_context", "reduce_context_added", "reduce_request"]
 
 AgentContext: Fold[AgentContextState] = Fold(
-    "agent_context", state=AgentContextState, initial=AgentContextState, version=1
+    "agent_context",
+    state=AgentContextState,
+    initial=AgentContextState,
+    version=1,
+    # It compacts by cutoff (a summary item), never by checkpoint: request rebuilds fold the
+    # events alone, so a live request read from a checkpoint could differ from its rebuild.
+    compactable=False,
 )
 """The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes."""
 

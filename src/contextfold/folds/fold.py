@@ -137,7 +137,17 @@ class FoldBase(Generic[S]):
 
     @property
     def can_compact(self) -> bool:
+        """Whether the fold compacts by checkpoint (and so reads checkpoints)."""
         return False
+
+    def check_compactable(self) -> None:
+        """Raise FoldCompactionError (reason ``"unsupported"``) unless the fold can compact."""
+        if not self.can_compact:
+            raise FoldCompactionError(
+                f"fold {self.name} cannot compact: only a context-scoped fold with a state "
+                "schema (not made with compactable=False), or a SegmentedFold, can",
+                reason="unsupported",
+            )
 
     @property
     def checkpoint_type(self) -> str:
@@ -145,11 +155,10 @@ class FoldBase(Generic[S]):
         return f"contextfold.checkpoint/{self.name}@{self.version}"
 
     def encode_state(self, state: S) -> Any:
-        raise FoldCompactionError(
-            f"fold {self.name} cannot compact: only a context-scoped fold with a state "
-            "schema (or a SegmentedFold) can",
-            reason="unsupported",
-        )
+        """The state as JSON, for a checkpoint. Raises FoldCompactionError: ``"unsupported"``
+        without a state codec, ``"invalid-state"`` when the state does not fit it."""
+        self.check_compactable()
+        raise NotImplementedError
 
     def decode_state(self, encoded: Any) -> S:
         raise ValueError(f"fold {self.name} has no state schema")
@@ -160,7 +169,9 @@ class Fold(FoldBase[S]):
 
     ``state`` is the state's type (a frozen pydantic model, ``tuple[Turn, ...]``, …); with it
     the fold can compact, since checkpoints store the state encoded with it. ``initial``
-    makes the state before any event (defaults to calling ``state``).
+    makes the state before any event (defaults to calling ``state``). ``compactable=False``
+    refuses checkpoints (compact raises, reads ignore them) for a fold that compacts another
+    way and must always equal a fold of its events alone.
     """
 
     def __init__(
@@ -171,6 +182,7 @@ class Fold(FoldBase[S]):
         initial: Callable[[], S] | None = None,
         scope: Scope = "context",
         version: int = 1,
+        compactable: bool = True,
     ) -> None:
         super().__init__(name, scope=scope, version=version)
         if initial is None:
@@ -182,6 +194,7 @@ class Fold(FoldBase[S]):
         self._initial = initial
         self.state_schema = state
         self._adapter: TypeAdapter[S] | None = TypeAdapter(state) if state is not None else None
+        self.compactable = compactable
 
     def on(
         self, event: type[E]
@@ -199,10 +212,11 @@ class Fold(FoldBase[S]):
 
     @property
     def can_compact(self) -> bool:
-        return self.scope == "context" and self._adapter is not None
+        return self.compactable and self.scope == "context" and self._adapter is not None
 
     def encode_state(self, state: S) -> Any:
-        if not self.can_compact or self._adapter is None:
+        # The codec works with compactable=False too; the reader refuses the checkpoint.
+        if self.scope != "context" or self._adapter is None:
             return super().encode_state(state)
         try:
             checked = self._adapter.validate_python(state, strict=False, **STRICT_EXTRA)

@@ -1,8 +1,9 @@
 """Deep freezing of plain state: read state is shared by every reader, so it is immutable.
 
-Lists become :class:`FrozenList` (a tuple), dicts :class:`FrozenDict` (a dict that refuses
-writes), sets frozensets. Already-frozen containers are not walked again, so freezing the
-output of a handler only costs what the handler added.
+Lists and plain tuples become :class:`FrozenList` (a tuple), dicts :class:`FrozenDict` (a
+dict that refuses writes), sets frozensets. Already-frozen values are not walked again: a
+handler's ``(*state, new)`` only costs a type check per old item (run in C), plus the
+freezing of what the handler added.
 """
 
 from __future__ import annotations
@@ -33,27 +34,51 @@ class FrozenDict(dict[str, Any]):
 
 
 class FrozenList(tuple[Any, ...]):
-    """A list frozen into a tuple (marked, so it is not walked again)."""
+    """A list or tuple frozen all the way down (marked, so it is not walked again)."""
 
     __slots__ = ()
 
 
+_FROZEN = (*_SCALARS, FrozenDict, FrozenList, frozenset)
+# Types whose values freeze returns as they are, without looking inside: cached per type,
+# so checking the items of a container is one set lookup each.
+_LEAVES: set[type] = set()
+
+
+def _is_leaf(cls: type) -> bool:
+    if issubclass(cls, _FROZEN):
+        leaf = True
+    elif issubclass(cls, BaseModel):
+        leaf = bool(cls.model_config.get("frozen"))
+    else:  # other tuple subclasses (named tuples) and objects are left as they are
+        leaf = not (issubclass(cls, (dict, list, set)) or cls is tuple)
+    if leaf:
+        if len(_LEAVES) >= 4096:  # classes made at runtime must not pile up
+            _LEAVES.clear()
+        _LEAVES.add(cls)
+    return leaf
+
+
 def freeze(value: Any) -> Any:
-    """Return ``value`` with every plain list, dict and set inside it frozen."""
-    if isinstance(value, (*_SCALARS, FrozenDict, FrozenList, frozenset)):
+    """Return ``value`` with every plain list, tuple, dict and set inside it frozen.
+
+    Raises TypeError for a mutable (not frozen) pydantic model inside it.
+    """
+    cls = type(value)
+    if cls in _LEAVES or _is_leaf(cls):
         return value
+    # One C-level pass over the item types first: (*frozen, new) of known types is not walked.
     if isinstance(value, dict):
-        return FrozenDict({k: freeze(v) for k, v in value.items()})
-    if isinstance(value, list):
-        return FrozenList(freeze(v) for v in value)
-    if isinstance(value, tuple) and type(value) is tuple:
-        frozen = tuple(freeze(v) for v in value)
-        return value if all(a is b for a, b in zip(frozen, value, strict=True)) else frozen
-    if isinstance(value, (set, frozenset)):
+        if not _LEAVES.issuperset(map(type, value.values())):
+            value = {k: v if type(v) in _LEAVES else freeze(v) for k, v in value.items()}
+        return FrozenDict(value)
+    if isinstance(value, (list, tuple)):
+        if not _LEAVES.issuperset(map(type, value)):
+            value = [v if type(v) in _LEAVES else freeze(v) for v in value]
+        return FrozenList(value)
+    if isinstance(value, set):
         return frozenset(value)
-    if isinstance(value, BaseModel) and not value.model_config.get("frozen"):
-        raise TypeError(
-            f"{type(value).__name__} is a mutable pydantic model in fold state: give it "
-            "model_config = ConfigDict(frozen=True) so shared read state cannot be changed"
-        )
-    return value
+    raise TypeError(
+        f"{cls.__name__} is a mutable pydantic model in fold state: give it "
+        "model_config = ConfigDict(frozen=True) so shared read state cannot be changed"
+    )

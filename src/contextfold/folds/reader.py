@@ -60,7 +60,7 @@ class _Flight:
     users: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Entry:
     state: Any
     cursor: str | None
@@ -189,17 +189,18 @@ class FoldReader:
         flight.users += 1
         try:
             async with flight.lock:
-                entry = self.cache.get(key, self._clock())
+                cached = self.cache.get(key, self._clock())
                 start: Start = "warm"
-                if entry is None or entry.state is None:
+                if cached is None or cached.state is None:
                     start = "cold"
-                    entry = await self._cold(fold, namespace, stream)
-                folded, reset = await self._catch_up(fold, namespace, stream, entry, run_id)
+                    cached = await self._cold(fold, namespace, stream)
+                # The cached entry stays as it was until the catch-up succeeds: a handler
+                # that raises fails every read alike, warm or cold, never skipping its event.
+                entry, folded, reset = await self._catch_up(fold, namespace, stream, cached, run_id)
                 if reset:
                     start = "reset"
-                    entry = await self._cold(fold, namespace, stream)
-                    folded, _ = await self._catch_up(fold, namespace, stream, entry, run_id)
-                entry.touched = self._clock()
+                    cached = await self._cold(fold, namespace, stream)
+                    entry, folded, _ = await self._catch_up(fold, namespace, stream, cached, run_id)
                 self.cache.put(key, entry)
                 _events_counter.add(folded, {"fold": fold.name, "start": start})
                 return entry.state, entry.cursor
@@ -247,40 +248,40 @@ class FoldReader:
 
     async def _catch_up(
         self, fold: FoldBase[S], namespace: str, stream: str, entry: _Entry, run_id: str | None
-    ) -> tuple[int, bool]:
-        """Fold the events after the entry's cursor into it. Returns (events folded, reset)."""
+    ) -> tuple[_Entry, int, bool]:
+        """A new entry: ``entry`` with the events after its cursor folded in (``entry`` is left
+        as it is). Returns (new entry, events folded, reset)."""
         types = (
             [*fold.event_types, fold.checkpoint_type]
             if fold.can_compact
             else list(fold.event_types)
         )
+        state, cursor, checkpoint_at = entry.state, entry.cursor, entry.checkpoint_at
         folded = 0
         while True:
-            page = await self.store.read(
-                namespace, stream, after=entry.cursor, types=types, limit=PAGE
-            )
-            if page.reset and entry.cursor is not None:
-                return folded, True
+            page = await self.store.read(namespace, stream, after=cursor, types=types, limit=PAGE)
+            if page.reset and cursor is not None:
+                return entry, folded, True
             rebased = False
             for event in page.events:
                 if event.type == fold.checkpoint_type:
-                    if event.global_position <= entry.checkpoint_at:
-                        entry.cursor = event.cursor
+                    if event.global_position <= checkpoint_at:
+                        cursor = event.cursor
                         continue
                     restored = await self._restore(fold, namespace, stream, event)
                     if restored is not None:
                         # Rebase: the checkpoint replaces the state; events after its through
                         # are folded again on top of it (some of them were folded already).
-                        entry.state, entry.cursor, entry.checkpoint_at = (
+                        state, cursor, checkpoint_at = (
                             restored.state,
                             restored.cursor,
                             restored.checkpoint_at,
                         )
                         rebased = True
                         break
-                    entry.cursor = event.cursor
+                    cursor = event.cursor
                     continue
-                entry.cursor = event.cursor
+                cursor = event.cursor
                 if fold.scope == "run" and event.meta.run_id != run_id:
                     continue
                 try:
@@ -290,12 +291,12 @@ class FoldReader:
                     continue
                 if envelope is None:
                     continue
-                entry.state, problem = fold.apply_reporting(entry.state, envelope)
+                state, problem = fold.apply_reporting(state, envelope)
                 folded += 1
                 if problem is not None:
                     self._report(fold, problem, event, "no segment to attach to")
             if not rebased and not page.more:
-                return folded, False
+                return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
 
     # -- compaction ---------------------------------------------------------------------------
 
@@ -313,8 +314,7 @@ class FoldReader:
         Events appended while ``next_state`` runs are folded on top of the new state.
         Raises FoldCompactionError (unsupported, invalid-state) and publishes nothing then.
         """
-        if not fold.can_compact:
-            fold.encode_state(fold.initial_state())  # raises the "unsupported" error
+        fold.check_compactable()
         state, cursor = await self.read_with_cursor(fold, namespace, stream)
         try:
             result = next_state(state)
@@ -343,6 +343,7 @@ class FoldReader:
         """Store ``new_state`` as the checkpoint of the read that ended at ``through``, then
         read again (events appended since are folded on top). Raises FoldCompactionError
         (invalid-state) and stores nothing when the state does not encode."""
+        fold.check_compactable()
         encoded = fold.encode_state(new_state)
         await append(
             RawEvent(

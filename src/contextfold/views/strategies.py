@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..folds.segmented import Segment, SegmentedFold
-from .view import Work, _index
+from .view import Work, _index, _memo_key
 
 __all__ = ["KeepFrom", "drop_oldest", "elide", "from_newest", "newest"]
 
@@ -31,8 +31,9 @@ class elide:
         self.keep_newest = keep_newest
         self.map = map
         self.where = where
-        # A key object of its own, not id(self): memos outlive strategies, and ids are reused.
-        self._key = ("elide", object())
+        # Keyed by what the elided form depends on, not by the strategy: an elide built per
+        # request adds no memo entries.
+        self._key = _memo_key("elide", map, where)
 
     def apply(self, segment: Segment[Any], index: int, length: int) -> Segment[Any]:
         if index >= length - self.keep_newest:

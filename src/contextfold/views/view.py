@@ -35,6 +35,34 @@ def check_budget(budget: object, *, name: str = "budget", allow_zero: bool = Fal
     return float(budget)
 
 
+class _Same:
+    """An unhashable memo key part, compared by identity."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.value is self.value
+
+
+def _memo_key(*parts: object) -> tuple[object, ...]:
+    """A key of the per-segment memo for what ``parts`` (pure functions) compute from a
+    segment. The memo holds the parts, so an id in a key is never reused while it lives."""
+    key: list[object] = []
+    for part in parts:
+        try:
+            hash(part)
+        except TypeError:
+            part = _Same(part)
+        key.append(part)
+    return tuple(key)
+
+
 @dataclass(frozen=True, slots=True)
 class ViewResult(Generic[S]):
     """What a view returns. ``fits``: within budget and nothing dropped."""
@@ -134,9 +162,9 @@ class Work:
         return total, True
 
     def state(self) -> SegmentedState[Any, Any]:
-        kept = [self.segment(i) for i in range(self.start, len(self.segments))]
         if not self.elisions and self.start == 0:
             return SegmentedState(self.segments, self.summary)
+        kept = [self.segment(i) for i in range(self.start, len(self.segments))]
         return SegmentedState(pvector(kept), self.summary)
 
 
@@ -175,8 +203,8 @@ class ContextView(Generic[S]):
         self.count_summary = count_summary or approx_tokens
         self.measure = measure
         self.strategies = tuple(strategies)
-        # A key object of its own, not id(self): memos outlive views, and ids are reused.
-        self._key = ("count", object())
+        # Keyed by the counter, not by the view: a view built per request adds no memo entries.
+        self._key = _memo_key("count", self._count)
         self.__name__ = f"{fold.name}View"
 
     def count(self, segment: Segment[Any]) -> float:
