@@ -4,6 +4,7 @@ a cancellation, SDK streams are closed whatever ends them, and usage counts the 
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -81,6 +82,11 @@ def client_for(transport: str, stream: FakeStream) -> ModelClient:
         assert body["stream"] is True
         return stream
 
+    return model_for(transport, create)
+
+
+def model_for(transport: str, create: Any) -> ModelClient:
+    """A client of ``transport`` whose SDK endpoint is ``create``."""
     endpoint = SimpleNamespace(create=create)
     sdk = SimpleNamespace(
         chat=SimpleNamespace(completions=endpoint), responses=endpoint, messages=endpoint
@@ -123,6 +129,60 @@ async def test_a_cancelled_stream_is_closed_and_the_cancel_propagates(transport:
     with pytest.raises(asyncio.CancelledError):
         await call
     assert stream.closed
+
+
+# A whole (not streamed) answer "Hello" of each transport.
+WHOLE: dict[str, Any] = {
+    "openai-chat": SimpleNamespace(
+        usage=None,
+        choices=[
+            SimpleNamespace(
+                message=SimpleNamespace(content="Hello", tool_calls=None), finish_reason="stop"
+            )
+        ],
+    ),
+    "openai-responses": SimpleNamespace(
+        usage=None,
+        status="completed",
+        output=[
+            SimpleNamespace(
+                type="message", content=[SimpleNamespace(type="output_text", text="Hello")]
+            )
+        ],
+    ),
+    "anthropic": SimpleNamespace(
+        usage=SimpleNamespace(input_tokens=3, output_tokens=1),
+        stop_reason="end_turn",
+        content=[SimpleNamespace(type="text", text="Hello")],
+    ),
+}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_whole_response_is_read_by_its_transport(transport: str) -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def create(**body: Any) -> Any:
+        sent.append(body)
+        return WHOLE[transport]
+
+    model = model_for(transport, create)
+    request = replace(REQUEST, stream=False)
+    rendered = render_request(request, model.transport)
+    output = await model.complete(request, rendered)
+    assert output.text == "Hello" and output.tool_calls == ()
+    assert sent == [rendered.json()]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_failing_sdk_call_is_a_model_error(transport: str) -> None:
+    async def create(**body: Any) -> Any:
+        raise ConnectionRefusedError("connection refused")
+
+    model = model_for(transport, create)
+    with pytest.raises(ModelError, match=f"{transport} request to model") as failed:
+        await model.complete(REQUEST, render_request(REQUEST, model.transport))
+    assert isinstance(failed.value.__cause__, ConnectionRefusedError)
 
 
 async def test_a_failing_function_model_is_a_model_error() -> None:

@@ -74,10 +74,11 @@ async def test_a_read_sees_one_snapshot_across_a_delete_and_recreate(tmp_path: P
             other.execute("UPDATE cf_streams SET version = 5 WHERE stream = 's'")
             other.execute("COMMIT")
 
-        assert store._conn is not None
-        store._conn.set_trace_callback(recreate)
+        conn = store._db.connection
+        assert conn is not None
+        conn.set_trace_callback(recreate)
         page = await journal.read("s", after=first.cursor)
-        store._conn.set_trace_callback(None)
+        conn.set_trace_callback(None)
         assert done == ["ok"], "the page select was not traced or the recreate failed"
         # The snapshot before the recreate: the old third event (a reset would be fine too,
         # continuing at position 3 of the new history is not).

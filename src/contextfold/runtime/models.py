@@ -7,6 +7,8 @@ answer offline and deterministically, for the demo and for users' own tests.
 
 from __future__ import annotations
 
+import abc
+import importlib
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -154,22 +156,15 @@ class FunctionModel:
         return output
 
 
-def _openai_client(client: Any, base_url: str | None, api_key: str | None) -> Any:
-    if client is not None:
-        return client
-    try:
-        import openai
-    except ImportError as exc:  # pragma: no cover - extras
-        raise ImportError(
-            "OpenAI models need the openai extra: pip install 'contextfold[openai]'"
-        ) from exc
-    return openai.AsyncOpenAI(base_url=base_url, api_key=api_key)
+class _SDKModel(abc.ABC):
+    """A remote model reached through its official SDK.
 
+    The round trip is here, once: send the rendered body, read a whole response or a
+    stream (closed however reading ends), and turn failures into ModelError. Subclasses
+    name their SDK call and read their own protocol.
+    """
 
-class OpenAIChatModel:
-    """OpenAI Chat Completions, or any OpenAI-compatible server (vLLM, Ollama) via base_url."""
-
-    transport: Transport = "openai-chat"
+    transport: Transport
 
     def __init__(
         self,
@@ -180,30 +175,79 @@ class OpenAIChatModel:
         api_key: str | None = None,
     ):
         self.model = model
-        self.client = _openai_client(client, base_url, api_key)
+        self.client = client if client is not None else self._default_client(base_url, api_key)
 
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
     ) -> ModelOutput:
+        # The SDK is looked up and called inside the translation: a client missing the
+        # endpoint fails as a ModelError, like any provider failure.
         with _provider_errors(self.transport, self.model):
             body = rendered.json()
-            response = await self.client.chat.completions.create(**body)
+            response = await self._create(body)
             if not body.get("stream"):
-                choice = response.choices[0]
-                calls = tuple(
-                    ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-                    for c in (choice.message.tool_calls or ())
-                )
-                return ModelOutput(
-                    text=choice.message.content or "",
-                    tool_calls=calls,
-                    usage=_openai_usage(response.usage),
-                    finish_reason=choice.finish_reason or "stop",
-                )
+                return self._parse(response)
             try:
                 return await self._read_stream(response, on_delta)
             finally:
                 await response.close()  # on cancel and error too: release the connection
+
+    @staticmethod
+    @abc.abstractmethod
+    def _default_client(base_url: str | None, api_key: str | None) -> Any:
+        """The SDK's async client, when none was given."""
+
+    @abc.abstractmethod
+    async def _create(self, body: dict[str, Any]) -> Any:
+        """Call the SDK with the rendered body as keyword arguments."""
+
+    @staticmethod
+    @abc.abstractmethod
+    def _parse(response: Any) -> ModelOutput:
+        """A whole (not streamed) response."""
+
+    @abc.abstractmethod
+    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
+        """A streamed response, emitting its text through ``on_delta`` as it comes."""
+
+
+def _import_sdk(module: str, vendor: str) -> Any:
+    """The SDK module of an optional extra, or an ImportError saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:  # pragma: no cover - extras
+        raise ImportError(
+            f"{vendor} models need the {module} extra: pip install 'contextfold[{module}]'"
+        ) from exc
+
+
+def _openai_client(base_url: str | None, api_key: str | None) -> Any:
+    return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
+
+
+class OpenAIChatModel(_SDKModel):
+    """OpenAI Chat Completions, or any OpenAI-compatible server (vLLM, Ollama) via base_url."""
+
+    transport: Transport = "openai-chat"
+
+    _default_client = staticmethod(_openai_client)
+
+    async def _create(self, body: dict[str, Any]) -> Any:
+        return await self.client.chat.completions.create(**body)
+
+    @staticmethod
+    def _parse(response: Any) -> ModelOutput:
+        choice = response.choices[0]
+        calls = tuple(
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+            for c in (choice.message.tool_calls or ())
+        )
+        return ModelOutput(
+            text=choice.message.content or "",
+            tool_calls=calls,
+            usage=_openai_usage(response.usage),
+            finish_reason=choice.finish_reason or "stop",
+        )
 
     async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
         text: list[str] = []
@@ -252,61 +296,43 @@ def _openai_usage(usage: Any) -> Usage:
     )
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(_SDKModel):
     """The OpenAI Responses API."""
 
     transport: Transport = "openai-responses"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        client: Any = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-    ):
-        self.model = model
-        self.client = _openai_client(client, base_url, api_key)
+    _default_client = staticmethod(_openai_client)
 
-    async def complete(
-        self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
-    ) -> ModelOutput:
-        with _provider_errors(self.transport, self.model):
-            body = rendered.json()
-            response = await self.client.responses.create(**body)
-            if body.get("stream"):
-                stream = response
-                try:
-                    response = await self._read_stream(stream, on_delta)
-                finally:
-                    await stream.close()  # on cancel and error too: release the connection
-            text: list[str] = []
-            calls: list[ToolCall] = []
-            for item in response.output:
-                if item.type == "message":
-                    text.extend(
-                        part.text
-                        for part in item.content
-                        if getattr(part, "type", "") == "output_text"
-                    )
-                elif item.type == "function_call":
-                    calls.append(
-                        ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
-                    )
-            return ModelOutput(
-                "".join(text),
-                tuple(calls),
-                _openai_usage(response.usage),
-                response.status or "completed",
-            )
+    async def _create(self, body: dict[str, Any]) -> Any:
+        return await self.client.responses.create(**body)
 
-    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> Any:
-        """The ``response.completed`` event's response, after emitting the text deltas."""
+    @staticmethod
+    def _parse(response: Any) -> ModelOutput:
+        text: list[str] = []
+        calls: list[ToolCall] = []
+        for item in response.output:
+            if item.type == "message":
+                text.extend(
+                    part.text for part in item.content if getattr(part, "type", "") == "output_text"
+                )
+            elif item.type == "function_call":
+                calls.append(
+                    ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
+                )
+        return ModelOutput(
+            "".join(text),
+            tuple(calls),
+            _openai_usage(response.usage),
+            response.status or "completed",
+        )
+
+    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
+        """Emits the text deltas; the ``response.completed`` event carries the whole answer."""
         async for event in response:
             if event.type == "response.output_text.delta":
                 await _emit(on_delta, "text", event.delta)
             elif event.type == "response.completed":
-                return event.response
+                return self._parse(event.response)
         raise ModelError(
             f"openai-responses stream for {self.model!r} ended without response.completed"
         )
@@ -328,55 +354,31 @@ def _anthropic_usage(reports: Iterable[Any], output_tokens: int) -> Usage:
     return Usage(sum(prompt.values()), output_tokens, prompt["cache_read_input_tokens"])
 
 
-class AnthropicModel:
+class AnthropicModel(_SDKModel):
     """Anthropic Messages."""
 
     transport: Transport = "anthropic"
 
-    def __init__(
-        self,
-        model: str,
-        *,
-        client: Any = None,
-        base_url: str | None = None,
-        api_key: str | None = None,
-    ):
-        self.model = model
-        if client is None:
-            try:
-                import anthropic
-            except ImportError as exc:  # pragma: no cover - extras
-                raise ImportError(
-                    "Anthropic models need the anthropic extra: "
-                    "pip install 'contextfold[anthropic]'"
-                ) from exc
-            client = anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key)
-        self.client = client
+    @staticmethod
+    def _default_client(base_url: str | None, api_key: str | None) -> Any:
+        anthropic = _import_sdk("anthropic", "Anthropic")
+        return anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key)
 
-    async def complete(
-        self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
-    ) -> ModelOutput:
-        with _provider_errors(self.transport, self.model):
-            body = rendered.json()
-            response = await self.client.messages.create(**body)
-            if not body.get("stream"):
-                text = "".join(b.text for b in response.content if b.type == "text")
-                calls = tuple(
-                    ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input, sort_keys=True))
-                    for b in response.content
-                    if b.type == "tool_use"
-                )
-                u = response.usage
-                return ModelOutput(
-                    text,
-                    calls,
-                    _anthropic_usage([u], u.output_tokens),
-                    response.stop_reason or "end_turn",
-                )
-            try:
-                return await self._read_stream(response, on_delta)
-            finally:
-                await response.close()  # on cancel and error too: release the connection
+    async def _create(self, body: dict[str, Any]) -> Any:
+        return await self.client.messages.create(**body)
+
+    @staticmethod
+    def _parse(response: Any) -> ModelOutput:
+        text = "".join(b.text for b in response.content if b.type == "text")
+        calls = tuple(
+            ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input, sort_keys=True))
+            for b in response.content
+            if b.type == "tool_use"
+        )
+        u = response.usage
+        return ModelOutput(
+            text, calls, _anthropic_usage([u], u.output_tokens), response.stop_reason or "end_turn"
+        )
 
     async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
         text_parts: list[str] = []

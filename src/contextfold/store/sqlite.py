@@ -10,15 +10,13 @@ An append that returned is committed in the WAL and survives ``kill -9`` of the 
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from ..errors import StoreError, StoreUnavailableError
 from ..events import NewEvent, StoredEvent
+from ._sqlite_thread import SQLiteThread
 from .base import (
     AppendResult,
     ReadResult,
@@ -33,8 +31,6 @@ from .base import (
 )
 
 __all__ = ["SQLiteStore"]
-
-T = TypeVar("T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cf_events (
@@ -85,86 +81,23 @@ class SQLiteStore(Store):
     def __init__(
         self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0
     ):
-        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
-        self.path = str(path)
-        self.url = f"sqlite:///{self.path}"
-        self._synchronous = synchronous.upper()
-        self._busy_ms = int(busy_timeout * 1000)
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._wakeups = Wakeups()
-        self._closed = False
-
-    # -- plumbing -------------------------------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        """Runs on the worker thread (its one job at a time), so only one job connects."""
-        try:
-            if self.path != ":memory:":
-                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        except (sqlite3.Error, OSError) as exc:
-            raise self._unavailable(exc) from exc
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(_SCHEMA)
-        except (sqlite3.Error, OSError) as exc:
-            conn.close()
-            raise self._unavailable(exc) from exc
-        self._conn = conn
-        return conn
-
-    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
-        # Not kept: the next call connects again (the path may have become reachable).
-        return StoreUnavailableError(
-            f"cannot open the journal at {self.url}: {exc}; "
-            "check the path and its permissions, then retry"
+        self._db = SQLiteThread(
+            str(path),
+            schema=_SCHEMA,
+            what="the journal",
+            thread_name="contextfold-sqlite",
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
         )
-
-    def _disconnect(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise StoreUnavailableError(f"the journal at {self.url} is closed")
-        if self._executor is None:
-            # Created without an await in between, so concurrent first calls share it; its
-            # one worker runs jobs in order, and the first job connects.
-            self._executor = ThreadPoolExecutor(
-                max_workers=1, thread_name_prefix="contextfold-sqlite"
-            )
-
-        def call() -> T:
-            conn = self._conn if self._conn is not None else self._connect()
-            try:
-                return fn(conn)
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"SQLite error on {self.url}: {exc}") from exc
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+        self.path = self._db.path
+        self.url = self._db.url
+        self._wakeups = Wakeups()
 
     async def open(self) -> None:
-        await self._run(lambda conn: None)
+        await self._db.open()
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._executor is not None:
-            # On the worker, after any job still running (one may be connecting).
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
-            self._executor.shutdown(wait=True)
+        await self._db.close()
 
     # -- the contract ---------------------------------------------------------------------
 
@@ -236,7 +169,7 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
             return AppendResult(stream, version + 1, last, str(last_global))
 
-        result = await self._run(work)
+        result = await self._db.run(work)
         self._wakeups.notify(namespace, stream)
         return result
 
@@ -289,7 +222,7 @@ class SQLiteStore(Store):
             cursor = events[-1].cursor if events else (None if reset else after)
             return ReadResult(events, cursor, reset=reset, more=more)
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def latest(
         self,
@@ -317,7 +250,7 @@ class SQLiteStore(Store):
             args.append(limit)
             return tuple(_event(namespace, stream, r) for r in conn.execute(sql, args))
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -332,7 +265,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return row is not None
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
         def work(conn: sqlite3.Connection) -> str | None:
@@ -343,7 +276,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return str(row[0]) if row else None
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -353,7 +286,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return int(row[0]) if row else 0
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -370,7 +303,7 @@ class SQLiteStore(Store):
             conn.execute("COMMIT")
             return found > 0
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     async def list_streams(
         self, namespace: str, *, prefix: str | None = None, limit: int | None = None
@@ -388,7 +321,7 @@ class SQLiteStore(Store):
                 args.append(limit)
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
-        return await self._run(work)
+        return await self._db.run(work)
 
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05

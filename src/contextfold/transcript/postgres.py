@@ -10,9 +10,9 @@ are assigned in commit order and a reader paging with a cursor never skips a lat
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -38,6 +38,10 @@ from .persist import (
 )
 
 __all__ = ["PostgresTranscriptStore"]
+
+R = TypeVar("R")
+# The tables a row is read from by id: formatted into SQL, so never anything else.
+_RowTable = Literal["cf_transcript_messages", "cf_transcript_parts"]
 
 _SCHEMA_LOCK = 0x63665F7478  # any constant: serialises concurrent schema creation
 _SCHEMA = """
@@ -260,26 +264,22 @@ class PostgresTranscriptStore(TranscriptStore):
     # -- reading ------------------------------------------------------------------------
 
     async def get_message(self, session: str, message_id: str) -> Message | None:
-        check_session(session)
-        async with self._conn(f"reading session {session!r}") as conn:
-            cur = await conn.execute(
-                "SELECT data FROM cf_transcript_messages"
-                " WHERE namespace = %s AND session = %s AND id = %s",
-                (self.namespace, session, message_id),
-            )
-            row = await cur.fetchone()
-        return None if row is None else decode_message_row(row[0], session)
+        return await self._get("cf_transcript_messages", session, message_id, decode_message_row)
 
     async def get_part(self, session: str, part_id: str) -> Part | None:
+        return await self._get("cf_transcript_parts", session, part_id, decode_part_row)
+
+    async def _get(
+        self, table: _RowTable, session: str, row_id: str, decode: Callable[[Any, str], R]
+    ) -> R | None:
         check_session(session)
         async with self._conn(f"reading session {session!r}") as conn:
             cur = await conn.execute(
-                "SELECT data FROM cf_transcript_parts"
-                " WHERE namespace = %s AND session = %s AND id = %s",
-                (self.namespace, session, part_id),
+                f"SELECT data FROM {table} WHERE namespace = %s AND session = %s AND id = %s",
+                (self.namespace, session, row_id),
             )
             row = await cur.fetchone()
-        return None if row is None else decode_part_row(row[0], session)
+        return None if row is None else decode(row[0], session)
 
     async def page_messages(
         self, session: str, *, after: str | None = None, limit: int = DEFAULT_PAGE_SIZE

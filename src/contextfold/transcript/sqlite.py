@@ -8,14 +8,12 @@ survives ``kill -9`` of the process, which is what crash cleanup relies on.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
-from ..errors import StoreError, StoreUnavailableError
+from ..store._sqlite_thread import SQLiteThread
 from ..store.base import check_namespace
 from .parts import Message, Part, is_unfinished
 from .persist import (
@@ -36,7 +34,9 @@ from .persist import (
 
 __all__ = ["SQLiteTranscriptStore"]
 
-T = TypeVar("T")
+R = TypeVar("R")
+# The tables a row is read from by id: formatted into SQL, so never anything else.
+_RowTable = Literal["cf_transcript_messages", "cf_transcript_parts"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS cf_transcript_sessions (
@@ -95,75 +95,6 @@ _UPSERT_PART = (
 _IN_CHUNK = 500  # stays far below SQLite's limit on bound variables
 
 
-class _Database:
-    """One connection on one thread, shared by the namespace views of a store."""
-
-    def __init__(self, path: str, synchronous: str, busy_ms: int) -> None:
-        self.path = path
-        self.url = f"sqlite:///{path}"
-        self._synchronous = synchronous
-        self._busy_ms = busy_ms
-        self._executor: ThreadPoolExecutor | None = None
-        self._conn: sqlite3.Connection | None = None
-        self._closed = False
-
-    def _connect(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-            conn.executescript(_SCHEMA)
-        except BaseException:
-            conn.close()
-            raise
-        self._conn = conn
-
-    async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._closed:
-            raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
-        loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="cf-transcript")
-
-        def call() -> T:
-            # The one worker runs jobs in order, so only one job connects. A failed connect
-            # is not kept: the next job tries again (the file may have become reachable).
-            if self._conn is None:
-                try:
-                    self._connect()
-                except (sqlite3.Error, OSError) as exc:
-                    raise StoreUnavailableError(
-                        f"cannot open the transcript store at {self.url}: {exc}; "
-                        "check the path and its permissions, then retry"
-                    ) from exc
-            conn = self._conn
-            assert conn is not None
-            try:
-                return fn(conn)
-            except sqlite3.Error as exc:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise StoreError(f"SQLite error on transcript store {self.url}: {exc}") from exc
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-
-        return await loop.run_in_executor(self._executor, call)
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._executor is not None:
-            if self._conn is not None:
-                await asyncio.get_running_loop().run_in_executor(self._executor, self._conn.close)
-            self._executor.shutdown(wait=True)
-
-
 class SQLiteTranscriptStore(TranscriptStore):
     """Transcript rows in one SQLite file (``":memory:"`` for a private in-memory database).
 
@@ -177,12 +108,17 @@ class SQLiteTranscriptStore(TranscriptStore):
         namespace: str = "default",
         synchronous: str = "NORMAL",
         busy_timeout: float = 30.0,
-        _db: _Database | None = None,
+        _db: SQLiteThread | None = None,
     ) -> None:
-        if synchronous.upper() not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+        self._db = _db or SQLiteThread(
+            str(path),
+            schema=_SCHEMA,
+            what="the transcript store",
+            thread_name="cf-transcript",
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+        )
         self.namespace = check_namespace(namespace)
-        self._db = _db or _Database(str(path), synchronous.upper(), int(busy_timeout * 1000))
         self.path = self._db.path
         self.url = self._db.url
 
@@ -191,7 +127,7 @@ class SQLiteTranscriptStore(TranscriptStore):
         return SQLiteTranscriptStore(self.path, namespace=namespace, _db=self._db)
 
     async def open(self) -> None:
-        await self._db.run(lambda conn: None)
+        await self._db.open()
 
     async def close(self) -> None:
         await self._db.close()
@@ -256,28 +192,22 @@ class SQLiteTranscriptStore(TranscriptStore):
     # -- reading ------------------------------------------------------------------------
 
     async def get_message(self, session: str, message_id: str) -> Message | None:
-        check_session(session)
-
-        def work(conn: sqlite3.Connection) -> Message | None:
-            row = conn.execute(
-                "SELECT data FROM cf_transcript_messages"
-                " WHERE namespace = ? AND session = ? AND id = ?",
-                (self.namespace, session, message_id),
-            ).fetchone()
-            return None if row is None else decode_message_row(row[0], session)
-
-        return await self._db.run(work)
+        return await self._get("cf_transcript_messages", session, message_id, decode_message_row)
 
     async def get_part(self, session: str, part_id: str) -> Part | None:
+        return await self._get("cf_transcript_parts", session, part_id, decode_part_row)
+
+    async def _get(
+        self, table: _RowTable, session: str, row_id: str, decode: Callable[[Any, str], R]
+    ) -> R | None:
         check_session(session)
 
-        def work(conn: sqlite3.Connection) -> Part | None:
+        def work(conn: sqlite3.Connection) -> R | None:
             row = conn.execute(
-                "SELECT data FROM cf_transcript_parts"
-                " WHERE namespace = ? AND session = ? AND id = ?",
-                (self.namespace, session, part_id),
+                f"SELECT data FROM {table} WHERE namespace = ? AND session = ? AND id = ?",
+                (self.namespace, session, row_id),
             ).fetchone()
-            return None if row is None else decode_part_row(row[0], session)
+            return None if row is None else decode(row[0], session)
 
         return await self._db.run(work)
 

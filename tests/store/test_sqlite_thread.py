@@ -1,0 +1,91 @@
+"""SQLiteThread, the plumbing under both SQLite stores: one connection on one thread,
+opened lazily, a failed job rolled back, sqlite3 errors translated. (A failed open being
+retried is tested through each store: tests/store/test_sqlite.py, tests/transcript.)"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from contextfold.errors import StoreError, StoreUnavailableError
+from contextfold.store._sqlite_thread import SQLiteThread
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER NOT NULL);"
+
+
+def thread_at(path: Path | str) -> SQLiteThread:
+    return SQLiteThread(str(path), schema=SCHEMA, what="the test db", thread_name="cf-test")
+
+
+def test_an_unknown_synchronous_is_refused() -> None:
+    with pytest.raises(ValueError, match="synchronous must be"):
+        SQLiteThread(":memory:", schema=SCHEMA, what="x", thread_name="x", synchronous="fast")
+
+
+async def test_jobs_run_in_order_on_one_worker_thread_with_one_connection(tmp_path: Path) -> None:
+    db = thread_at(tmp_path / "sub" / "t.db")
+    assert db.connection is None  # nothing opens before the first job
+    try:
+
+        def where(conn: sqlite3.Connection) -> tuple[str, int]:
+            return threading.current_thread().name, id(conn)
+
+        seen = await asyncio.gather(*(db.run(where) for _ in range(5)))
+        assert len(set(seen)) == 1
+        assert seen[0][0].startswith("cf-test") and seen[0][0] != threading.current_thread().name
+        mode = await db.run(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
+        assert mode == "wal"
+        assert await db.run(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+    finally:
+        await db.close()
+
+
+def insert_then_fail(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t VALUES (1)")
+    raise KeyError("not an sqlite3 error")
+
+
+def insert_then_violate(conn: sqlite3.Connection) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.execute("INSERT INTO t VALUES (NULL)")  # NOT NULL
+
+
+async def test_a_failed_job_is_rolled_back_and_sqlite_errors_translated(tmp_path: Path) -> None:
+    db = thread_at(tmp_path / "t.db")
+    try:
+        with pytest.raises(StoreError, match="SQLite error on the test db at sqlite:///") as err:
+            await db.run(insert_then_violate)
+        assert isinstance(err.value.__cause__, sqlite3.IntegrityError)
+        with pytest.raises(KeyError):
+            await db.run(insert_then_fail)
+        assert await db.run(lambda conn: conn.in_transaction) is False
+        assert await db.run(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+    finally:
+        await db.close()
+
+
+async def test_close_closes_the_connection_and_later_calls_fail(tmp_path: Path) -> None:
+    db = thread_at(tmp_path / "t.db")
+    await db.open()
+    conn = db.connection
+    assert conn is not None
+    await db.close()
+    await db.close()  # idempotent
+    assert db.connection is None
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")  # closed
+    with pytest.raises(StoreUnavailableError, match=r"the test db at .* is closed"):
+        await db.run(lambda conn: None)
+
+
+async def test_close_before_any_job_starts_no_thread() -> None:
+    db = thread_at(":memory:")
+    await db.close()
+    with pytest.raises(StoreUnavailableError, match="is closed"):
+        await db.open()
