@@ -1,8 +1,9 @@
 """Benchmark: a warm fold read costs what is new, not the length of the history.
 
 Streams of 1k, 10k and 100k events of a coding conversation (prompts, model steps, tool
-results, answers) in a SQLite file. For each: a cold read of the whole stream (a fresh
-journal: nothing cached), and a warm read after one new event (the median of many).
+results, answers) in a SQLite file, read with the worked example's conversation fold
+(``contextfold.examples.coding_assistant``). For each: a cold read of the whole stream (a
+fresh journal: nothing cached), and a warm read after one new event (the median of many).
 
 Claims, measured in this one run:
   warm_100k_vs_warm_1k    a warm read of a 100k stream costs about what it costs at 1k
@@ -20,89 +21,16 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
 
 import contextfold as cf
-
-
-class UserPrompt(cf.Event, type="bench/user-prompt"):
-    text: str
-
-
-class ModelStep(cf.Event, type="bench/model-step"):
-    step_id: str
-    text: str
-    calls: tuple[str, ...]
-
-
-class ToolResult(cf.Event, type="bench/tool-result"):
-    step_id: str
-    call_id: str
-    output: str
-
-
-class AssistantMessage(cf.Event, type="bench/assistant-message"):
-    text: str
-
-
-class UserEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["user"] = "user"
-    text: str
-
-
-class Result(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    call_id: str
-    output: str
-
-
-class StepEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["step"] = "step"
-    text: str
-    calls: tuple[str, ...]
-    results: tuple[Result, ...] = ()
-
-
-class AnswerEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["answer"] = "answer"
-    text: str
-
-
-Entry = Annotated[UserEntry | StepEntry | AnswerEntry, Field(discriminator="kind")]
-Conversation = cf.SegmentedFold("conversation", data=Entry, summary=str, tag="kind")
-
-
-@Conversation.open(UserPrompt)
-def _prompt(ev: cf.Envelope[UserPrompt]) -> cf.Segment[UserEntry]:
-    return cf.Segment(f"prompt:{ev.position}", UserEntry(text=ev.payload.text))
-
-
-@Conversation.open(ModelStep)
-def _step(ev: cf.Envelope[ModelStep]) -> cf.Segment[StepEntry]:
-    return cf.Segment(ev.payload.step_id, StepEntry(text=ev.payload.text, calls=ev.payload.calls))
-
-
-@Conversation.attach(ToolResult, kind="step", to=lambda ev: ev.payload.step_id, on_missing="ignore")
-def _result(step: StepEntry, ev: cf.Envelope[ToolResult]) -> StepEntry:
-    result = Result(call_id=ev.payload.call_id, output=ev.payload.output)
-    return step.model_copy(update={"results": (*step.results, result)})
-
-
-@Conversation.open(AssistantMessage)
-def _answer(ev: cf.Envelope[AssistantMessage]) -> cf.Segment[AnswerEntry]:
-    return cf.Segment(f"answer:{ev.position}", AnswerEntry(text=ev.payload.text))
-
+from contextfold.examples import coding_assistant as ca
 
 STREAM = "session"
 SIZES = (1_000, 10_000, 100_000)
 BATCH = 5_000
 WARM_UP = 20
 WARM_READS = 200
+TOOL_CALLS = tuple(ca.ToolCall(id=c, name="read_file", arguments="{}") for c in ("c0", "c1"))
 
 
 def conversation(n: int) -> Iterator[cf.Event]:
@@ -110,15 +38,17 @@ def conversation(n: int) -> Iterator[cf.Event]:
     i = 0
     while True:
         turn = i // 8
-        yield UserPrompt(text=f"request {turn}: please look at module {turn % 50}")
+        yield ca.UserPrompt(text=f"request {turn}: please look at module {turn % 50}")
         for step in range(2):
             step_id = f"t{turn}s{step}"
-            yield ModelStep(step_id=step_id, text="reading the files", calls=("c0", "c1"))
-            for call in ("c0", "c1"):
-                yield ToolResult(
-                    step_id=step_id, call_id=call, output=f"contents {turn}/{step}/{call} " * 8
+            yield ca.ModelStep(step_id=step_id, text="reading the files", tool_calls=TOOL_CALLS)
+            for call in TOOL_CALLS:
+                yield ca.ToolResult(
+                    step_id=step_id,
+                    call_id=call.id,
+                    output=f"contents {turn}/{step}/{call.id} " * 8,
                 )
-        yield AssistantMessage(text=f"done with request {turn}")
+        yield ca.AssistantMessage(text=f"done with request {turn}")
         i += 8
         if i >= n:
             return
@@ -142,7 +72,7 @@ async def cold_read(url: str) -> float:
     journal = cf.open_journal(url)
     await journal.version(STREAM)  # connect first: the read alone is measured
     start = time.perf_counter()
-    state = await journal.fold(Conversation, STREAM)
+    state = await journal.fold(ca.Conversation, STREAM)
     elapsed = time.perf_counter() - start
     assert len(state.segments) > 0
     await journal.close()
@@ -154,13 +84,13 @@ async def warm_reads(urls: dict[int, str]) -> dict[int, float]:
     (CPU clock, other load on the machine) hits every size alike."""
     journals = {n: cf.open_journal(url) for n, url in urls.items()}
     for journal in journals.values():
-        await journal.fold(Conversation, STREAM)  # cached from here
+        await journal.fold(ca.Conversation, STREAM)  # cached from here
     times: dict[int, list[float]] = {n: [] for n in urls}
     for i in range(WARM_UP + WARM_READS):
         for n, journal in journals.items():
-            await journal.append(STREAM, UserPrompt(text=f"one more request {i}"))
+            await journal.append(STREAM, ca.UserPrompt(text=f"one more request {i}"))
             start = time.perf_counter()
-            state = await journal.fold(Conversation, STREAM)
+            state = await journal.fold(ca.Conversation, STREAM)
             elapsed = time.perf_counter() - start
             assert state.segments[-1].data.text == f"one more request {i}"
             if i >= WARM_UP:

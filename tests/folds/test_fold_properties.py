@@ -8,84 +8,26 @@ import asyncio
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 import contextfold as cf
+from contextfold.examples.coding_assistant import (
+    AssistantMessage,
+    ModelStep,
+    ToolCall,
+    ToolResult,
+    UserPrompt,
+    conversation_fold,
+)
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SQLiteStore
 
-
-class Prompt(cf.Event, type="prop/prompt"):
-    text: str
-
-
-class ModelStep(cf.Event, type="prop/model-step"):
-    step_id: str
-    calls: tuple[str, ...] = ()
-
-
-class ToolResult(cf.Event, type="prop/tool-result"):
-    step_id: str
-    call_id: str
-    output: str
-
-
-class Answer(cf.Event, type="prop/answer"):
-    text: str
-
-
-class UserData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["user"] = "user"
-    text: str
-
-
-class Result(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    call_id: str
-    output: str
-
-
-class StepData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["step"] = "step"
-    calls: tuple[str, ...]
-    results: tuple[Result, ...] = ()
-
-
-class AnswerData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["answer"] = "answer"
-    text: str
-
-
-Entry = Annotated[UserData | StepData | AnswerData, Field(discriminator="kind")]
-Conversation = cf.SegmentedFold("propconv", data=Entry, summary=str, tag="kind")
-
-
-@Conversation.open(Prompt)
-def _prompt(ev: cf.Envelope[Prompt]) -> cf.Segment[UserData]:
-    return cf.Segment(f"p{ev.position}", UserData(text=ev.payload.text))
-
-
-@Conversation.open(ModelStep)
-def _step(ev: cf.Envelope[ModelStep]) -> cf.Segment[StepData]:
-    return cf.Segment(ev.payload.step_id, StepData(calls=ev.payload.calls))
-
-
-@Conversation.attach(ToolResult, kind="step", to=lambda ev: ev.payload.step_id)
-def _result(step: StepData, ev: cf.Envelope[ToolResult]) -> StepData:
-    result = Result(call_id=ev.payload.call_id, output=ev.payload.output)
-    return step.model_copy(update={"results": (*step.results, result)})
-
-
-@Conversation.open(Answer)
-def _answer(ev: cf.Envelope[Answer]) -> cf.Segment[AnswerData]:
-    return cf.Segment(f"a{ev.position}", AnswerData(text=ev.payload.text))
+# The worked example's fold, but reporting a result without its step (the reader's skip path).
+Conversation = conversation_fold("propconv", on_missing="report")
 
 
 class Tally(BaseModel):
@@ -98,8 +40,8 @@ class Tally(BaseModel):
 Tallied = cf.Fold("proptally", state=Tally)
 
 
-@Tallied.on(Prompt)
-def _tally_prompt(state: Tally, ev: cf.Envelope[Prompt]) -> Tally:
+@Tallied.on(UserPrompt)
+def _tally_prompt(state: Tally, ev: cf.Envelope[UserPrompt]) -> Tally:
     return state.model_copy(update={"events": state.events + 1})
 
 
@@ -169,15 +111,16 @@ class Scenario:
     def event(self, op: tuple[Any, ...]) -> cf.Event | cf.RawEvent:
         kind = op[0]
         if kind == "prompt":
-            return Prompt(text=op[1])
+            return UserPrompt(text=op[1])
         if kind == "step":
             self.steps += 1
-            return ModelStep(step_id=f"s{self.steps}", calls=tuple(f"c{i}" for i in range(op[1])))
+            calls = tuple(ToolCall(id=f"c{i}", name="f", arguments="{}") for i in range(op[1]))
+            return ModelStep(step_id=f"s{self.steps}", text="", tool_calls=calls)
         if kind == "result":
             return ToolResult(step_id=f"s{op[1]}", call_id=f"c{op[2]}", output=op[3])
         if kind == "answer":
-            return Answer(text=op[1])
-        return cf.RawEvent("prop/tool-result", {"step_id": 1})  # no longer decodes
+            return AssistantMessage(text=op[1])
+        return cf.RawEvent(ToolResult.event_type, {"step_id": 1})  # no longer decodes
 
     async def append(self, ops: list[tuple[Any, ...]]) -> None:
         await self.journal.append(STREAM, [self.event(op) for op in ops])

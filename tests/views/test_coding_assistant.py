@@ -1,6 +1,7 @@
-"""The seed's full example end to end: a coding assistant with a segmented conversation, a
-view (elide + drop_oldest from the newest prompt), compaction through the policy with
-chunked summaries, and a chat rendering that pairs every tool call with its result.
+"""The seed's full example end to end, as shipped in ``contextfold.examples.coding_assistant``:
+a coding assistant with a segmented conversation, a view (elide + drop_oldest from the newest
+prompt), compaction through the policy with chunked summaries, and a chat rendering that
+pairs every tool call with its result.
 
 A deterministic local model stands in for the LLM: it answers with tool calls for a few
 steps of each turn (counted by a run-scoped fold), then with an answer. Runs on SQLite
@@ -11,178 +12,37 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Any
 
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
 
 import contextfold as cf
-
-# --- Events ---
-
-
-class ToolCall(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    id: str
-    name: str
-    arguments: str
-
-
-class UserPrompt(cf.Event, type="code/user-prompt"):
-    text: str
-
-
-class ModelStep(cf.Event, type="code/model-step"):
-    step_id: str
-    text: str
-    tool_calls: tuple[ToolCall, ...]
-
-
-class ToolResult(cf.Event, type="code/tool-result"):
-    step_id: str
-    call_id: str
-    output: str
-
-
-class ToolsDone(cf.Event, type="code/tools-done"):
-    step_id: str
-
-
-class AssistantMessage(cf.Event, type="code/assistant-message"):
-    text: str
-
-
-# --- One segment: a prompt, a model step with its tool results, or a final answer ---
-
-
-class UserEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["user"] = "user"
-    text: str
-
-
-class ResultEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    call_id: str
-    output: str
-
-
-class StepEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["step"] = "step"
-    text: str
-    tool_calls: tuple[ToolCall, ...]
-    results: tuple[ResultEntry, ...] = ()
-
-
-class AnswerEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["answer"] = "answer"
-    text: str
-
-
-Entry = Annotated[UserEntry | StepEntry | AnswerEntry, Field(discriminator="kind")]
-
-# --- The folds and the view ---
-
-Conversation = cf.SegmentedFold("conversation", data=Entry, summary=str, tag="kind")
-
-
-@Conversation.open(UserPrompt)
-def _prompt(ev: cf.Envelope[UserPrompt]) -> cf.Segment[UserEntry]:
-    return cf.Segment(f"prompt:{ev.meta.run_id}", UserEntry(text=ev.payload.text))
-
-
-@Conversation.open(ModelStep)
-def _step(ev: cf.Envelope[ModelStep]) -> cf.Segment[StepEntry]:
-    return cf.Segment(
-        ev.payload.step_id, StepEntry(text=ev.payload.text, tool_calls=ev.payload.tool_calls)
-    )
-
-
-# A late result of a compacted step is expected: not reported.
-@Conversation.attach(ToolResult, kind="step", to=lambda ev: ev.payload.step_id, on_missing="ignore")
-def _result(step: StepEntry, ev: cf.Envelope[ToolResult]) -> StepEntry:
-    result = ResultEntry(call_id=ev.payload.call_id, output=ev.payload.output)
-    return step.model_copy(update={"results": (*step.results, result)})
-
-
-@Conversation.open(AssistantMessage)
-def _answer(ev: cf.Envelope[AssistantMessage]) -> cf.Segment[AnswerEntry]:
-    return cf.Segment(f"answer:{ev.meta.run_id}", AnswerEntry(text=ev.payload.text))
-
+from contextfold.examples.coding_assistant import (
+    NO_RESULT,
+    AssistantMessage,
+    Conversation,
+    Message,
+    ModelStep,
+    StepEntry,
+    ToolCall,
+    ToolResult,
+    ToolsDone,
+    UserPrompt,
+    chat_view,
+    request_tokens,
+    segment_tokens,
+    summarize_in_chunks,
+    summary_message,
+    summary_tokens,
+    to_messages,
+)
 
 # The progress of one request: model steps of the current run.
 Progress: cf.Fold[int] = cf.Fold("progress", scope="run", initial=lambda: 0)
 Progress.on(ModelStep)(lambda steps, ev: steps + 1)
 
-# --- Rendering for a chat API ---
-
-Message = dict[str, Any]
-NO_RESULT = "No result: the turn was interrupted."
-
-
-def summary_message(summary: str) -> Message:
-    return {"role": "system", "content": f"Earlier in this conversation: {summary}"}
-
-
-def segment_messages(data: UserEntry | StepEntry | AnswerEntry) -> list[Message]:
-    if isinstance(data, UserEntry):
-        return [{"role": "user", "content": data.text}]
-    if isinstance(data, AnswerEntry):
-        return [{"role": "assistant", "content": data.text}]
-    # A step and its results stay together: every tool call is answered.
-    messages: list[Message] = [
-        {
-            "role": "assistant",
-            "content": data.text,
-            "tool_calls": [c.model_dump() for c in data.tool_calls],
-        }
-    ]
-    for call in data.tool_calls:
-        result = next((r for r in data.results if r.call_id == call.id), None)
-        messages.append(
-            {
-                "role": "tool",
-                "tool_call_id": call.id,
-                "content": result.output if result else NO_RESULT,
-            }
-        )
-    return messages
-
-
-def to_messages(state: cf.SegmentedState) -> list[Message]:
-    messages = [summary_message(state.summary)] if state.summary is not None else []
-    for segment in state.segments:
-        messages.extend(segment_messages(segment.data))
-    return messages
-
-
-def request_tokens(messages: Sequence[Message]) -> int:
-    """Tokens of a request: what the view counts, so a view's tokens are the request's."""
-    return sum(cf.approx_tokens(m) for m in messages)
-
-
-def elide_outputs(data: Any) -> Any:
-    if not isinstance(data, StepEntry):
-        return data
-    results = tuple(
-        r.model_copy(update={"output": f"{r.output[:200]}… [elided]"}) if len(r.output) > 200 else r
-        for r in data.results
-    )
-    return data.model_copy(update={"results": results})
-
-
-ChatView = cf.ContextView(
-    Conversation,
-    count=lambda segment: request_tokens(segment_messages(segment.data)),
-    count_summary=lambda summary: request_tokens([summary_message(summary)]),
-    strategies=[
-        cf.elide(keep_newest=4, map=elide_outputs),
-        # The current turn stays: from the newest user prompt on.
-        cf.drop_oldest(keep_from=cf.from_newest(Conversation, "user")),
-    ],
-)
+# Counts what to_messages renders, so a view's tokens are the request's.
+ChatView = chat_view(count=segment_tokens, count_summary=summary_tokens)
 
 BUDGET = 450
 SUMMARY_CHARS = 200
@@ -266,12 +126,15 @@ async def play(journal: cf.Journal, model: LocalModel, stream: str) -> Stats:
         *, summary: str | None, older: Sequence[cf.Segment[Any]], kept: Sequence[cf.Segment[Any]]
     ) -> str:
         stats.summarized_steps += [s.id for s in older if isinstance(s.data, StepEntry)]
-        # `older` has its tool outputs in full: one request per chunk of at most a budget.
-        next_summary = summary
-        for chunk in cf.chunks_of(older, CHUNK_TOKENS, count=ChatView.count):
-            request = to_messages(cf.SegmentedState(chunk, next_summary))
+
+        def write(request: list[Message]) -> str:
             assert request_tokens(request) <= BUDGET
-            next_summary = model.summarize(request)
+            return model.summarize(request)
+
+        # `older` has its tool outputs in full: one request per chunk of at most a budget.
+        next_summary = await summarize_in_chunks(
+            write, view=ChatView, summary=summary, older=older, tokens=CHUNK_TOKENS
+        )
         return next_summary or ""
 
     for turn in range(len(STEPS_PER_TURN)):

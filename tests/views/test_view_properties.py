@@ -1,90 +1,29 @@
-"""Properties of views over random conversation states and budgets: a step never loses a
-result, the summary is never dropped, only the oldest segments go, and views (elide
-included) never change the fold's state."""
+"""Properties of views over random conversation states (of the worked example's fold) and
+budgets: a step never loses a result, the summary is never dropped, only the oldest segments
+go, and views (elide included) never change the fold's state."""
 
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field
 
 import contextfold as cf
-
-
-class Prompt(cf.Event, type="vprop/prompt"):
-    text: str
-
-
-class ModelStep(cf.Event, type="vprop/model-step"):
-    step_id: str
-    calls: tuple[str, ...]
-
-
-class ToolResult(cf.Event, type="vprop/tool-result"):
-    step_id: str
-    call_id: str
-    output: str
-
-
-class Answer(cf.Event, type="vprop/answer"):
-    text: str
-
-
-class UserData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["user"] = "user"
-    text: str
-
-
-class Result(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    call_id: str
-    output: str
-
-
-class StepData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["step"] = "step"
-    calls: tuple[str, ...]
-    results: tuple[Result, ...] = ()
-
-
-class AnswerData(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    kind: Literal["answer"] = "answer"
-    text: str
-
-
-Entry = Annotated[UserData | StepData | AnswerData, Field(discriminator="kind")]
-Conversation = cf.SegmentedFold("vpropconv", data=Entry, summary=str, tag="kind")
-
-
-@Conversation.open(Prompt)
-def _prompt(ev: cf.Envelope[Prompt]) -> cf.Segment[UserData]:
-    return cf.Segment(f"p{ev.position}", UserData(text=ev.payload.text))
-
-
-@Conversation.open(ModelStep)
-def _step(ev: cf.Envelope[ModelStep]) -> cf.Segment[StepData]:
-    return cf.Segment(ev.payload.step_id, StepData(calls=ev.payload.calls))
-
-
-@Conversation.attach(ToolResult, kind="step", to=lambda ev: ev.payload.step_id, on_missing="ignore")
-def _result(step: StepData, ev: cf.Envelope[ToolResult]) -> StepData:
-    result = Result(call_id=ev.payload.call_id, output=ev.payload.output)
-    return step.model_copy(update={"results": (*step.results, result)})
-
-
-@Conversation.open(Answer)
-def _answer(ev: cf.Envelope[Answer]) -> cf.Segment[AnswerData]:
-    return cf.Segment(f"a{ev.position}", AnswerData(text=ev.payload.text))
+from contextfold.examples.coding_assistant import (
+    AssistantMessage,
+    Conversation,
+    ModelStep,
+    StepEntry,
+    ToolCall,
+    ToolResult,
+    UserPrompt,
+)
 
 
 def shorten(data: Any) -> Any:
-    if not isinstance(data, StepData):
+    if not isinstance(data, StepEntry):
         return data
     results = tuple(r.model_copy(update={"output": r.output[:5] + "…"}) for r in data.results)
     return data.model_copy(update={"results": results})
@@ -114,14 +53,15 @@ def states(draw: st.DrawFn) -> cf.SegmentedState:
     for position, spec in enumerate(specs, start=1):
         payload: cf.Event
         if spec[0] == "prompt":
-            payload = Prompt(text=spec[1])
+            payload = UserPrompt(text=spec[1])
         elif spec[0] == "step":
             steps += 1
-            payload = ModelStep(step_id=f"s{steps}", calls=tuple(f"c{i}" for i in range(spec[1])))
+            calls = tuple(ToolCall(id=f"c{i}", name="f", arguments="{}") for i in range(spec[1]))
+            payload = ModelStep(step_id=f"s{steps}", text="", tool_calls=calls)
         elif spec[0] == "result":
             payload = ToolResult(step_id=f"s{spec[1]}", call_id=f"c{spec[2]}", output=spec[3])
         else:
-            payload = Answer(text=spec[1])
+            payload = AssistantMessage(text=spec[1])
         envelopes.append(cf.Envelope.make(payload, position=position))
     state = Conversation.apply_all(Conversation.initial_state(), envelopes)
     summary = draw(st.one_of(st.none(), texts))
@@ -174,8 +114,8 @@ def test_views_never_split_a_step_from_its_results(
         for segment in result.state.segments:
             original = by_id[segment.id].data
             assert segment.data.kind == original.kind
-            if isinstance(original, StepData):
-                assert segment.data.calls == original.calls
+            if isinstance(original, StepEntry):
+                assert segment.data.tool_calls == original.tool_calls
                 assert [r.call_id for r in segment.data.results] == [
                     r.call_id for r in original.results
                 ]
