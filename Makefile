@@ -3,12 +3,14 @@ PY ?= .venv/bin/python
 
 .PHONY: install demo test lint typecheck bench
 
-.venv/bin/python:
+# Reinstalled whenever pyproject.toml changes, so a new dependency never goes missing.
+.venv/.installed: pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install --upgrade pip
 	.venv/bin/pip install -e '.[dev]'
+	touch .venv/.installed
 
-install: .venv/bin/python
+install: .venv/.installed
 
 demo: install
 	$(PY) -m contextfold demo
