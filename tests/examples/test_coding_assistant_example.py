@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCallParam
+from pydantic import TypeAdapter
 
 import contextfold as cf
 from contextfold.examples import coding_assistant as ca
@@ -159,17 +161,32 @@ def test_to_messages_answers_every_tool_call() -> None:
     messages = ca.to_messages(state)
     answered(messages)
     assert messages == [
-        {"role": "system", "content": "Earlier in this conversation: earlier"},
+        {"role": "user", "content": "Earlier in this conversation: earlier"},
         {"role": "user", "content": "hi"},
         {
             "role": "assistant",
             "content": "reading",
-            "tool_calls": [c.model_dump() for c in calls("a", "b")],
+            "tool_calls": [
+                {
+                    "id": "a",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                },
+                {
+                    "id": "b",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "b.py"}'},
+                },
+            ],
         },
         {"role": "tool", "tool_call_id": "a", "content": ca.NO_RESULT},
         {"role": "tool", "tool_call_id": "b", "content": "B"},
         {"role": "assistant", "content": "done"},
     ]
+    # Each call is what the official client accepts as a function tool call.
+    adapter = TypeAdapter(ChatCompletionMessageFunctionToolCallParam)
+    for call in messages[2]["tool_calls"]:
+        adapter.validate_python(call, strict=True)
 
 
 def test_elide_outputs_shortens_long_outputs_of_steps_only() -> None:

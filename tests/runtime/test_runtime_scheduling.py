@@ -27,6 +27,7 @@ from contextfold.context.events import (
     tool_result_item,
 )
 from contextfold.context.projection import AgentContext
+from contextfold.events import RawEvent
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest
 from contextfold.runtime.loop import Agent, system_prompt
@@ -461,3 +462,29 @@ async def test_the_interrupt_watcher_tails_from_the_request_at_a_modest_poll(
     assert stored.position == request
     assert [after for after, _ in tails] == [stored.cursor] * 2  # the send and the retry
     assert all(poll >= 0.05 for _, poll in tails)
+
+
+@pytest.mark.parametrize("payload", [{"role": "critic", "content": "x"}, "not an object"])
+async def test_an_undecodable_item_after_a_request_does_not_stop_the_agent(
+    journal: Journal, payload: Any
+) -> None:
+    """A ContextAdded this version cannot decode (a newer writer's role) lands after an
+    unanswered request: the folds skip it, and so does the interrupt watcher of the retry."""
+    calls: list[int] = []
+
+    async def model(request: NeutralRequest) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ModelError("provider 503")
+        await asyncio.sleep(0.2)  # the watcher reads the stream meanwhile
+        return "answer"
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("hi"))
+    with pytest.raises(ModelError):
+        await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    await journal.append(STREAM, RawEvent(ContextAdded.event_type, payload))
+    report = await Agent(journal, STREAM, FunctionModel(model)).run_until_idle()
+    assert report.status == "idle" and report.requests == [3]
+    history = (await journal.fold(AgentContext, STREAM)).history
+    assert [i.content for i in history if i.role == "assistant"] == ["answer"]

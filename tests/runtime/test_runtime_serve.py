@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import contextfold as cf
 
 
@@ -39,3 +41,51 @@ async def test_serve_answers_items_appended_while_it_waits() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await journal.close()
+
+
+async def test_serve_survives_provider_errors_and_backs_off() -> None:
+    """A provider error does not end ``serve``: it logs, waits, retries the unanswered
+    request, and goes on answering."""
+    journal = cf.open_journal("memory://")
+    calls: list[float] = []
+
+    def model(request: cf.NeutralRequest) -> str:
+        calls.append(asyncio.get_running_loop().time())
+        if len(calls) <= 2:
+            raise RuntimeError("HTTP 529 overloaded")
+        return f"answer {len(calls)}"
+
+    agent = cf.Agent(journal, "s", cf.FunctionModel(model))
+    await journal.append("s", cf.system_prompt("Be brief."))
+    task = asyncio.create_task(agent.serve(poll_interval=0.01))
+    try:
+        await journal.append("s", cf.ContextAdded(role="user", content="hi"))
+        for _ in range(3000):
+            state = await journal.fold(cf.AgentContext, "s")
+            if any(i.role == "assistant" for i in state.history) or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not task.done()
+        assert len(calls) == 3
+        assert calls[2] - calls[1] >= calls[1] - calls[0] >= 0.015  # growing pauses
+        await journal.append("s", cf.ContextAdded(role="user", content="again?"))
+        for _ in range(3000):
+            if len(calls) == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert len(calls) == 4 and not task.done()
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await journal.close()
+
+
+def test_agent_takes_no_actor() -> None:
+    """The runtime always appends as ``agent``: an ``actor`` argument would do nothing."""
+    with pytest.raises(TypeError):
+        cf.Agent(
+            cf.open_journal("memory://"),
+            "s",
+            cf.FunctionModel(lambda r: "ok"),
+            actor=cf.Actor(type="user"),  # type: ignore[call-arg]
+        )

@@ -104,3 +104,43 @@ async def test_a_model_error_closes_the_request_rows(
     assert message is not None and message.finish == "error"
     assert message.error is not None and "provider down mid-stream" in message.error
     assert (await text_of_part(store, offset)).text == "partial 1"
+
+
+class Stalling:
+    """Streams one delta, then waits (a long model call) until cancelled."""
+
+    transport: Transport = "openai-chat"
+    model = "stalling"
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def complete(
+        self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
+    ) -> ModelOutput:
+        assert on_delta is not None
+        await on_delta("text", "partial ")  # type: ignore[misc]
+        self.started.set()
+        await asyncio.sleep(60)
+        return ModelOutput(text="done")
+
+
+async def test_cancelling_the_agent_mid_request_closes_the_request_rows(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    """The agent's task is cancelled (a shutdown) while the model streams: the rows the
+    request opened are closed as interrupted, and the cancel still propagates."""
+    rows, writer = observer(store)
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    model = Stalling()
+    task = asyncio.create_task(Agent(journal, STREAM, model, observer=rows).run_until_idle())
+    await asyncio.wait_for(model.started.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [offset] = await requests_of(journal, STREAM)
+    assert writer._blocks == {} and writer._open == {}
+    assert await store.unfinished(SESSION) == ((), ())
+    message = await store.get_message(SESSION, f"request-{offset}")
+    assert message is not None and message.finish == "interrupted"

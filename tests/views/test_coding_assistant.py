@@ -44,7 +44,7 @@ Progress.on(ModelStep)(lambda steps, ev: steps + 1)
 # Counts what to_messages renders, so a view's tokens are the request's.
 ChatView = chat_view(count=segment_tokens, count_summary=summary_tokens)
 
-BUDGET = 450
+BUDGET = 500  # the OpenAI tool-call shape costs a few tokens per call
 SUMMARY_CHARS = 200
 # A summary request carries the summary so far next to one chunk of older segments.
 CHUNK_TOKENS = BUDGET - request_tokens([summary_message("x" * SUMMARY_CHARS)])
@@ -81,8 +81,13 @@ class LocalModel:
 
     def summarize(self, messages: list[Message]) -> str:
         self.summary_requests.append(messages)
-        earlier = next((m["content"] for m in messages if m["role"] == "system"), "")
-        asked = [f'"{m["content"]}"' for m in messages if m["role"] == "user"]
+        prefix = "Earlier in this conversation: "
+        earlier = next((m["content"] for m in messages if m["content"].startswith(prefix)), "")
+        asked = [
+            f'"{m["content"]}"'
+            for m in messages
+            if m["role"] == "user" and not m["content"].startswith(prefix)
+        ]
         calls = sum(len(m.get("tool_calls", ())) for m in messages)
         earlier = earlier.removeprefix("Earlier in this conversation: ")
         text = f"{earlier} asked {' '.join(asked)}; {calls} calls."

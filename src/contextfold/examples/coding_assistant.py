@@ -209,8 +209,10 @@ NO_RESULT = "No result: the turn was interrupted."
 
 
 def summary_message(summary: str) -> Message:
-    """The system message that carries the summary of what came before."""
-    return {"role": "system", "content": f"Earlier in this conversation: {summary}"}
+    """The message that carries the summary of what came before: a user message, never
+    system, since a faithful summary can quote untrusted tool output and must not gain
+    instruction precedence from it."""
+    return {"role": "user", "content": f"Earlier in this conversation: {summary}"}
 
 
 def segment_messages(data: EntryData) -> list[Message]:
@@ -224,7 +226,14 @@ def segment_messages(data: EntryData) -> list[Message]:
         {
             "role": "assistant",
             "content": data.text,
-            "tool_calls": [c.model_dump() for c in data.tool_calls],
+            "tool_calls": [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in data.tool_calls
+            ],
         }
     ]
     for call in data.tool_calls:

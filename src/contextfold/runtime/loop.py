@@ -9,10 +9,14 @@ request is re-sent byte for byte, unanswered tool calls are run.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, cast
+
+from pydantic import ValidationError
 
 from ..context.compaction import (
     build_summary_request,
@@ -21,7 +25,6 @@ from ..context.compaction import (
     summary_item,
 )
 from ..context.events import (
-    Actor,
     ContextAdded,
     LlmRequestInterrupted,
     LlmRequestRequested,
@@ -39,7 +42,7 @@ from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..context.trust import trusted_extensions
-from ..errors import RenderError
+from ..errors import CorruptEventError, RenderError
 from ..events import Envelope
 from ..journal import Journal
 from ..render.neutral import (
@@ -50,8 +53,9 @@ from ..render.neutral import (
     render_request,
 )
 from ..render.prefix import PrefixInstance, SessionPrefix
-from .models import ModelClient, ModelOutput
+from .models import ModelClient, ModelError, ModelOutput
 from .scheduling import (
+    AGENT,
     AgentHalted,
     Decision,
     Scheduler,
@@ -70,6 +74,8 @@ Status = Literal["idle", "queued", "busy", "stopped"]
 # In-process appends wake the interrupt watcher at once (the store's wakeups); this is only
 # how often it looks for an interrupt appended by another process during a model call.
 _INTERRUPT_POLL = 0.25
+# The longest pause of ``serve`` between attempts while the provider keeps failing.
+_SERVE_MAX_BACKOFF = 5.0
 
 
 def system_prompt(text: str) -> ContextAdded:
@@ -129,7 +135,6 @@ class Agent:
         budgets: TurnBudgets | None = None,
         compaction_threshold: float = 0.5,
         observer: AgentObserver | None = None,
-        actor: Actor | None = None,
     ) -> None:
         self.journal = journal
         self.stream = stream
@@ -143,9 +148,7 @@ class Agent:
         self.budgets = budgets or TurnBudgets()
         self.compaction_threshold = compaction_threshold
         self.observer = observer
-        self.actor = actor or Actor(type="agent")
         self.status: Status = "idle"
-        self._header_logged: RequestHeader | None = None
         self._not_compactable: set[int] = set()  # requests recorded for another transport
 
     # -- observation --------------------------------------------------------------------------
@@ -194,7 +197,7 @@ class Agent:
                     report.tool_calls += await self._run_tools(sched.outstanding)
                 elif decision.action == "retry":
                     assert sched.last_request is not None
-                    await self._retry(sched.last_request, report)
+                    await self._retry(sched.last_request, sched.request_actor, report)
                 else:
                     await self._request(context, decision, report)
         finally:
@@ -208,13 +211,26 @@ class Agent:
         The head is taken before each run, so an item appended while the run ends still
         wakes the next one (the agent's own appends wake it once, harmlessly).
         """
+        failures = 0
         while True:
             cursor = await self.journal.head(self.stream)
-            await self.run_until_idle()
-            async for _ in self.journal.subscribe(
-                self.stream, after=cursor, poll_interval=poll_interval
-            ):
-                break
+            try:
+                await self.run_until_idle()
+                failures = 0
+            except ModelError as exc:
+                # A provider outage must not end the agent: the unanswered request is
+                # retried (byte for byte) after a growing pause, and by any new item.
+                failures += 1
+                delay = min(poll_interval * 2**failures, _SERVE_MAX_BACKOFF)
+                log.warning(
+                    "agent on %r: %s; retrying in %.2fs", self.stream, exc, delay, exc_info=exc
+                )
+                await asyncio.sleep(delay)
+                continue
+            tail = self.journal.subscribe(self.stream, after=cursor, poll_interval=poll_interval)
+            async with contextlib.aclosing(cast(AsyncGenerator[Any, None], tail)) as events:
+                async for _ in events:
+                    break
 
     # -- one request --------------------------------------------------------------------------
 
@@ -277,11 +293,18 @@ class Agent:
         offset = appended.first_position
         await self._send(offset, report)
 
-    async def _retry(self, offset: int, report: RunReport) -> None:
+    async def _retry(self, offset: int, appended_by: str | None, report: RunReport) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
         header = context.header if context.request_offset == offset else None
         reason = ""
-        if header is None:
+        if appended_by != AGENT:
+            # Another writer's request (its header may carry any system prompt, model or
+            # trust list) is never sent: only the agent decides what goes to the provider.
+            reason = (
+                f"request @{offset} was not appended by the agent "
+                f"(actor {appended_by!r}) and is not sent"
+            )
+        elif header is None:
             reason = f"request @{offset} has no header snapshot and cannot be rendered"
         elif header.transport != self.model.transport:
             reason = (
@@ -289,9 +312,10 @@ class Agent:
                 f"this agent's model speaks {self.model.transport}"
             )
         if reason:
-            # It cannot be re-sent byte for byte through this model (appended by hand without
-            # a header, or the agent's model changed since): seal it and request anew, with
-            # this instance's header logged, so its triggers are still answered.
+            # It must not or cannot be re-sent byte for byte through this model (another
+            # writer's, appended without a header, or the agent's model changed since):
+            # seal it and request anew, with this instance's header logged, so its
+            # triggers are still answered.
             sealed = LlmRequestInterrupted(request_offset=offset, reason=reason)
             await self.journal.append(self.stream, sealed, actor="agent")
             report.interrupted.append(offset)
@@ -353,6 +377,12 @@ class Agent:
         watch = asyncio.create_task(self._watch_interrupts(offset))
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await _cancel(call, watch)
+            # The agent itself is cancelled (a shutdown): observers close what they opened
+            # for this request (transcript rows), shielded so the cancel cannot cut it.
+            await asyncio.shield(self._emit("interrupted", offset=offset, by=None))
+            raise
         except BaseException:
             await _cancel(call, watch)
             raise
@@ -384,7 +414,14 @@ class Agent:
         ):
             if stored.type != ContextAdded.event_type or stored.position <= offset:
                 continue
-            item = stored.decode(ContextAdded)
+            try:
+                item = stored.decode(ContextAdded)
+            except (ValidationError, CorruptEventError) as exc:
+                # The folds skip it too (and report it): one bad row must not stop the agent.
+                log.warning(
+                    "interrupt watcher skipped %s@%s: %s", self.stream, stored.position, exc
+                )
+                continue
             assert isinstance(item, ContextAdded)
             if behaviour_of(item) == "interrupt":
                 return stored.position
@@ -393,7 +430,17 @@ class Agent:
     async def _record_output(self, offset: int, output: ModelOutput) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
         used = {call.id for item in context.history for call in item.tool_calls}
-        calls = _unique_calls(output.tool_calls, used, offset)
+        kept, dropped = _split_calls(output.tool_calls)
+        calls = _unique_calls(kept, used, offset)
+        text = output.text
+        if dropped:
+            # e.g. a stream cut at max_tokens inside a call: recorded, its half-written
+            # arguments would make every later request unrenderable. The model sees why.
+            notes = "\n".join(
+                f"[tool call {c.name} dropped: its arguments were not a JSON object]"
+                for c in dropped
+            )
+            text = f"{text}\n{notes}" if text else notes
         usage = TokenUsage(
             input_tokens=output.usage.input_tokens,
             output_tokens=output.usage.output_tokens,
@@ -402,7 +449,7 @@ class Agent:
         response = LlmResponse(
             request_offset=offset,
             model=self.model.model,
-            text=output.text,
+            text=text,
             tool_calls=calls,
             usage=usage,
             stop_reason=output.finish_reason,
@@ -411,7 +458,9 @@ class Agent:
         item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
         await self.journal.append(self.stream, [response, item], actor="agent")
         recorded = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls)
-        await self._emit("response", offset=offset, output=replace(output, tool_calls=recorded))
+        await self._emit(
+            "response", offset=offset, output=replace(output, text=text, tool_calls=recorded)
+        )
 
     async def _run_tools(self, calls: Sequence[ModelToolCall]) -> int:
         for call in calls:
@@ -493,6 +542,23 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
+    """The calls whose arguments are empty or a JSON object, and the others (truncated or
+    malformed arguments, which no tool can run and no provider accepts back)."""
+    kept: list[ToolCall] = []
+    dropped: list[ToolCall] = []
+    for call in calls:
+        if not call.arguments.strip():
+            kept.append(call)
+            continue
+        try:
+            parsed = json.loads(call.arguments)
+        except ValueError:
+            parsed = None
+        (kept if isinstance(parsed, dict) else dropped).append(call)
+    return kept, dropped
 
 
 def _unique_calls(

@@ -7,6 +7,7 @@ pending triggers, unanswered tool calls and autonomous streak without any other 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,7 +22,7 @@ from ..context.events import (
     ToolCallResult,
 )
 from ..context.state import AgentContextState
-from ..context.trust import is_external, is_trusted, trusted_extensions
+from ..context.trust import is_external
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 
@@ -67,13 +68,15 @@ def behaviour_of(item: ContextAdded) -> Behaviour:
     return "none"
 
 
-def kind_of(item: ContextAdded) -> TriggerKind:
+def kind_of(item: ContextAdded, trusted: Collection[str] = ()) -> TriggerKind:
     """Whose turn budget an item spends: a human's, an integration's, or the agent loop's own
-    feedback (scripts, tools, agents, the platform)."""
+    feedback (scripts, tools, agents, the platform). ``trusted``: the extension actor types
+    trusted beyond the built-in ones (a request header's ``trusted_actor_types``); pure,
+    the live registry is not consulted."""
     if item.role == "user" or (item.actor is not None and item.actor.type == "user"):
         return "user"
     if (
-        is_external(item.actor, trusted_extensions())
+        is_external(item.actor, trusted)
         and item.actor is not None
         and item.actor.type not in ("script", "tool")
     ):
@@ -97,8 +100,17 @@ class SchedulerState(BaseModel):
     pending: tuple[Trigger, ...] = ()
     """Waking items after the latest request."""
     last_request: int | None = None
+    request_actor: str | None = None
+    """The journal meta actor of the latest request: the runtime re-sends only its own."""
     answered: bool = True
     """Whether the latest request got its verified assistant item (or was interrupted)."""
+    response_at: int | None = None
+    """Position of the agent-written ``LlmResponse`` to the latest, unanswered request: only
+    the agent-written assistant item right after it (the same append) answers the request."""
+    trusted: tuple[str, ...] = ()
+    """The ``trusted_actor_types`` of the latest agent-written request header (a request
+    without a header repeats the previous one): how later items are classified. Never the
+    live registry, so a warm read and a cold rebuild agree."""
     outstanding: tuple[ModelToolCall, ...] = ()
     """Tool calls of the latest request's verified assistant item not yet answered by a
     result: the only calls the loop runs (an ``LlmResponse`` is evidence, never a command)."""
@@ -114,18 +126,27 @@ class SchedulerState(BaseModel):
     compaction cutoff: catch-up compaction picks the newest over the threshold from them."""
 
 
-Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=2)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=3)
 
 
-def _answers(state: SchedulerState, item: ContextAdded) -> bool:
-    """Whether ``item`` is the answer to the latest, unanswered request: an assistant item
-    whose request offset the projection verifies too (a trusted or no actor)."""
+AGENT = "agent"
+"""The journal meta actor the runtime appends with: the only writer whose answers count."""
+
+
+def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
+    """Whether ``ev`` is the answer to the latest, unanswered request: an assistant item the
+    agent appended (journal meta, not the payload's self-declared actor) right after the
+    agent's ``LlmResponse`` to that request, i.e. in the same append. Anything else, an
+    assistant item a token holder appended with any payload actor, answers nothing."""
+    item = ev.payload
     return (
         item.role == "assistant"
         and not state.answered
         and state.last_request is not None
         and item.llm_request_offset == state.last_request
-        and is_trusted(item.actor)
+        and ev.meta.actor == AGENT
+        and state.response_at is not None
+        and state.response_at == ev.position - 1
     )
 
 
@@ -136,15 +157,21 @@ def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
         cutoff = meta.replaces_history_through
         reports = tuple(r for r in state.reports if r.request_offset > cutoff)
         state = state.model_copy(update={"reports": reports})
-    if _answers(state, ev.payload):
+    if _answers(state, ev):
         calls = ev.payload.tool_calls
         state = state.model_copy(
-            update={"answered": True, "outstanding": calls, "continuation": bool(calls)}
+            update={
+                "answered": True,
+                "response_at": None,
+                "outstanding": calls,
+                "continuation": bool(calls),
+            }
         )
     behaviour = behaviour_of(ev.payload)
     if behaviour == "none":
         return state
-    trigger = Trigger(offset=ev.position, kind=kind_of(ev.payload), behaviour=behaviour)
+    kind = kind_of(ev.payload, state.trusted)
+    trigger = Trigger(offset=ev.position, kind=kind, behaviour=behaviour)
     halted = state.halted if trigger.kind == "feedback" else None
     return state.model_copy(update={"pending": (*state.pending, trigger), "halted": halted})
 
@@ -158,11 +185,18 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
     else:
         kind, steps = state.turn_kind, state.turn_steps + 1
     streak = 0 if any(t.kind != "feedback" for t in consumed) else state.autonomous_streak + 1
+    header = ev.payload.header
+    trusted = state.trusted
+    if header is not None and ev.meta.actor == AGENT:
+        trusted = header.trusted_actor_types
     return state.model_copy(
         update={
             "pending": tuple(t for t in state.pending if t.offset > ev.position),
             "last_request": ev.position,
+            "request_actor": ev.meta.actor,
             "answered": False,
+            "response_at": None,
+            "trusted": trusted,
             "outstanding": (),
             "continuation": False,
             "turn_kind": kind,
@@ -174,15 +208,19 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
 
 @Scheduler.on(LlmResponse)
 def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerState:
-    """Keep the usage report of a response to the latest, unanswered request. A response
-    answers nothing and runs nothing: anyone can append one (a second response, a forged
-    webhook event); the verified assistant item of the same append does (see ``_added``)."""
+    """Note the agent's response to the latest, unanswered request and keep its usage report.
+    A response answers nothing and runs nothing by itself: the agent-written assistant item
+    right after it (the same append) does (see ``_added``). One another writer appended
+    (a second response, a forged webhook event) is ignored, its usage report too."""
     response = ev.payload
-    if response.request_offset != state.last_request or state.answered or response.usage is None:
+    if response.request_offset != state.last_request or state.answered or ev.meta.actor != AGENT:
         return state
-    report = response.model_copy(update={"text": "", "tool_calls": ()})
-    kept = tuple(r for r in state.reports if r.request_offset != response.request_offset)
-    return state.model_copy(update={"reports": (*kept, report)})
+    update: dict[str, object] = {"response_at": ev.position}
+    if response.usage is not None:
+        report = response.model_copy(update={"text": "", "tool_calls": ()})
+        kept = tuple(r for r in state.reports if r.request_offset != response.request_offset)
+        update["reports"] = (*kept, report)
+    return state.model_copy(update=update)
 
 
 @Scheduler.on(ToolCallResult)
@@ -195,7 +233,9 @@ def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerSta
 def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> SchedulerState:
     if ev.payload.request_offset != state.last_request:
         return state
-    return state.model_copy(update={"answered": True, "outstanding": (), "continuation": False})
+    return state.model_copy(
+        update={"answered": True, "response_at": None, "outstanding": (), "continuation": False}
+    )
 
 
 @Scheduler.on(AgentHalted)
