@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import AsyncIterator
 
-from server_helpers import Running, raw
+import pytest
+from server_helpers import Running, Serve, raw
 
 import contextfold as cf
 from contextfold.canonical import sha256_hex
 
 HEADER = cf.RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=256)
 HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+async def server(serve: Serve) -> AsyncIterator[Running]:
+    """A trusted writer's server: these tests append the agent's own request events."""
+    async with serve(trusted_writer=True) as srv:
+        yield srv
 
 
 async def _conversation(server: Running, stream: str = "agent") -> int:

@@ -19,7 +19,8 @@ writes anything. The app never opens or closes the journal it is given: its owne
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from importlib import resources
 
 from starlette.applications import Starlette
@@ -32,16 +33,26 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ContextfoldError
 from ..journal import Journal
+from ..store.base import check_namespace
 from ..transcript.bus import TranscriptBus
 from ..transcript.persist import TranscriptStore
 from .auth import BearerAuth
 from .body import DEFAULT_MAX_BODY_BYTES
 from .errors import handle_exception
 from .sessions import SessionRoutes
-from .sse import DEFAULT_HEARTBEAT
+from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
 
-__all__ = ["DEFAULT_TAIL_POLL_INTERVAL", "INSPECTOR_CSP", "create_app"]
+__all__ = [
+    "DEFAULT_MAX_LIVE_STREAMS",
+    "DEFAULT_TAIL_POLL_INTERVAL",
+    "INSPECTOR_CSP",
+    "LOOPBACK_HOSTS",
+    "create_app",
+]
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
+"""``Host`` names accepted by default when the app has no token (against DNS rebinding)."""
 
 DEFAULT_TAIL_POLL_INTERVAL = 0.25
 """Seconds between polls of a live tail for appends by other processes (this process's
@@ -71,31 +82,68 @@ def create_app(
     heartbeat: float = DEFAULT_HEARTBEAT,
     tail_poll_interval: float = DEFAULT_TAIL_POLL_INTERVAL,
     allowed_hosts: Sequence[str] | None = None,
+    trusted_writer: bool = False,
+    namespaces: Iterable[str] | None = None,
+    max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
 ) -> Starlette:
     """The server app over ``journal`` (and optionally a transcript store and bus).
 
     ``token``: require ``Authorization: Bearer <token>`` on every ``/v1/`` route.
     ``max_body_bytes``: larger request bodies get 413 before they are read in full.
     ``heartbeat``: seconds of SSE silence before a comment keeps the stream open.
-    ``allowed_hosts``: accepted ``Host`` headers (e.g. loopback names, against DNS
-    rebinding); any host when None. Raises ValueError for an empty token or a bad limit.
+    ``tail_poll_interval``: seconds between a tail's polls for other processes' appends.
+    ``allowed_hosts``: accepted ``Host`` headers (against DNS rebinding). When None: the
+    loopback names (:data:`LOOPBACK_HOSTS`) without a token, any host with one.
+    ``trusted_writer``: accept appends of the events only the agent runtime writes (LLM
+    requests and responses, recorded requests, interruptions, halts, fold checkpoints,
+    and context items posing as the agent's own). Only for a trusted backend that appends
+    on the agent's behalf; by default they get 400, so a client cannot forge the agent.
+    ``namespaces``: the namespaces served (others get 403); any namespace when None.
+    ``max_live_streams``: SSE streams (``/tail`` and ``/live``) open at once; past it 503.
+    Raises ValueError for an empty token or a bad limit.
     """
     if token is not None and not token:
         raise ValueError("token must be a non-empty str, or None for no authentication")
-    if (
-        isinstance(max_body_bytes, bool)
-        or not isinstance(max_body_bytes, int)
-        or max_body_bytes <= 0
-    ):
-        raise ValueError(f"max_body_bytes must be a positive int, got {max_body_bytes!r}")
+    for name, limit in (("max_body_bytes", max_body_bytes), ("max_live_streams", max_live_streams)):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ValueError(f"{name} must be a positive int, got {limit!r}")
+    for name, seconds in (("heartbeat", heartbeat), ("tail_poll_interval", tail_poll_interval)):
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds)
+            or seconds <= 0
+        ):
+            raise ValueError(
+                f"{name} must be a positive, finite number of seconds, got {seconds!r}"
+            )
+    served: frozenset[str] | None = None
+    if namespaces is not None:
+        if isinstance(namespaces, str):
+            raise ValueError("namespaces must be a collection of names, not one str")
+        try:
+            served = frozenset(check_namespace(name) for name in namespaces)
+        except ContextfoldError as exc:
+            raise ValueError(str(exc)) from None
+    if allowed_hosts is None and token is None:
+        allowed_hosts = LOOPBACK_HOSTS
+    slots = StreamSlots(max_live_streams)
     streams = StreamRoutes(
         journal,
         max_body_bytes=max_body_bytes,
         heartbeat=heartbeat,
         poll_interval=tail_poll_interval,
+        slots=slots,
+        trusted_writer=trusted_writer,
+        namespaces=served,
     )
     sessions = SessionRoutes(
-        transcript, bus, default_namespace=journal.namespace, heartbeat=heartbeat
+        transcript,
+        bus,
+        default_namespace=journal.namespace,
+        heartbeat=heartbeat,
+        slots=slots,
+        namespaces=served,
     )
     routes: list[BaseRoute] = [*streams.routes(), *sessions.routes(), *_inspector_routes()]
     middleware: list[Middleware] = []

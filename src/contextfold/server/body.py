@@ -10,24 +10,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
+from ..context.events import ContextAdded
 from ..errors import InvalidInputError, PayloadError, UnknownEventTypeError
 from ..events import Event, RawEvent, event_class
-from .errors import BodyTooLargeError, RequestBodyError, UnsupportedMediaTypeError
+from ..store.base import check_namespace
+from .errors import BodyTooLargeError, ForbiddenError, RequestBodyError, UnsupportedMediaTypeError
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "NAMESPACE_HEADER",
+    "RUNTIME_EVENT_PREFIXES",
+    "RUNTIME_EVENT_TYPES",
     "AppendRequest",
     "parse_append",
     "query_int",
     "read_json",
     "request_namespace",
+    "resolve_namespace",
 ]
 
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -35,6 +40,26 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _APPEND_FIELDS = frozenset({"events", "expected_version", "idempotency_key", "run_id", "actor"})
 _EVENT_FIELDS = frozenset({"type", "payload"})
 _MAX_TYPE_NAME = 200
+
+RUNTIME_EVENT_TYPES = frozenset(
+    {
+        "contextfold.agent/llm-request-requested",
+        "contextfold.agent/llm-response",
+        "contextfold.agent/request-recorded",
+        "contextfold.agent/llm-request-interrupted",
+        "contextfold.agent/halted",
+    }
+)
+"""Event types only the agent runtime writes: an HTTP client appending one could forge a
+request, the model's answer or the loop's state (unless the app has ``trusted_writer``)."""
+
+RUNTIME_EVENT_PREFIXES = ("contextfold.checkpoint/",)
+"""Type prefixes only the runtime writes (fold checkpoints)."""
+
+_TRUSTED_HINT = (
+    "only the agent runtime writes it; a trusted backend appending on the agent's behalf "
+    "needs a server created with create_app(..., trusted_writer=True)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,14 +107,24 @@ def _too_large(size: int, limit: int) -> str:
     )
 
 
-def parse_append(body: Any) -> AppendRequest:
+def parse_append(body: Any, *, trusted_writer: bool = False) -> AppendRequest:
     """The append request in ``body``. Raises RequestBodyError naming the field at fault,
-    PayloadError for a payload its registered Event class rejects."""
+    PayloadError for a payload its registered Event class rejects.
+
+    Unless ``trusted_writer``, events only the agent runtime writes are refused (see
+    :data:`RUNTIME_EVENT_TYPES`), and so is a ``context-added`` item posing as the agent's
+    own (role assistant, actor agent, ``llm_request_offset`` or ``compaction``). A body
+    ``actor`` needs every ``context-added`` payload to name its actor too: the payload's
+    actor, not the body's, decides the wire role."""
     fields = _object(body, "the body", _APPEND_FIELDS)
     raw_events = fields.get("events")
     if not isinstance(raw_events, list) or not raw_events:
         raise RequestBodyError('"events" must be a non-empty list of {"type", "payload"} objects')
-    events = tuple(_event(index, item) for index, item in enumerate(raw_events))
+    body_actor = fields.get("actor")
+    events = tuple(
+        _event(index, item, trusted_writer=trusted_writer, body_actor=body_actor)
+        for index, item in enumerate(raw_events)
+    )
     expected = fields.get("expected_version")
     if expected is not None and (
         isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
@@ -116,7 +151,7 @@ def _object(value: Any, where: str, allowed: frozenset[str]) -> Mapping[str, Any
     return value
 
 
-def _event(index: int, item: Any) -> RawEvent:
+def _event(index: int, item: Any, *, trusted_writer: bool, body_actor: object) -> RawEvent:
     where = f"events[{index}]"
     fields = _object(item, where, _EVENT_FIELDS)
     type_name = fields.get("type")
@@ -132,6 +167,10 @@ def _event(index: int, item: Any) -> RawEvent:
     if "payload" not in fields:
         raise RequestBodyError(f'{where} has no "payload" (send {{}} for an empty one)')
     payload = fields["payload"]
+    if not trusted_writer and (
+        type_name in RUNTIME_EVENT_TYPES or type_name.startswith(RUNTIME_EVENT_PREFIXES)
+    ):
+        raise RequestBodyError(f'{where}."type" {type_name!r} is refused: {_TRUSTED_HINT}')
     cls: type[Event] | None
     try:
         cls = event_class(type_name)
@@ -139,14 +178,86 @@ def _event(index: int, item: Any) -> RawEvent:
         cls = None  # a type of the user's own, unknown here: stored as sent
     if cls is not None:
         try:
-            cls.model_validate(payload)
+            event = cls.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(part) for part in first["loc"]) or "payload"
             raise PayloadError(
                 f"{where} ({type_name}): {loc}: {first['msg']}; nothing was written"
             ) from None
+        # The classes ignore unknown fields on decode (old rows still fold), but a client
+        # sending one now has made a mistake (``actr`` for ``actor``) that would silently
+        # drop what it meant: refuse it.
+        unknown = _unknown_keys(cls, payload, f"{where}.payload")
+        if unknown:
+            raise RequestBodyError(
+                f"{where} ({type_name}) has unknown payload field(s) {', '.join(unknown)}; "
+                "nothing was written"
+            )
+        if isinstance(event, ContextAdded):
+            _check_context_added(where, event, trusted_writer=trusted_writer, body_actor=body_actor)
     return RawEvent(type_name, payload)
+
+
+def _check_context_added(
+    where: str, item: ContextAdded, *, trusted_writer: bool, body_actor: object
+) -> None:
+    if body_actor is not None and item.actor is None:
+        raise RequestBodyError(
+            f'{where}.payload has no "actor" while the body says actor={body_actor!r}: '
+            'give the actor in payload.actor (e.g. {"type": "webhook"}), it decides the '
+            "wire role; the body's actor is only stored as metadata"
+        )
+    if trusted_writer:
+        return
+    if item.role == "assistant":
+        field = 'payload.role "assistant"'
+    elif item.actor is not None and item.actor.type == "agent":
+        field = 'payload.actor.type "agent"'
+    elif item.llm_request_offset is not None:
+        field = "payload.llm_request_offset"
+    elif item.compaction is not None:
+        field = "payload.compaction"
+    else:
+        return
+    raise RequestBodyError(
+        f"{where}.{field} is refused: the item would pose as the agent's own; {_TRUSTED_HINT}"
+    )
+
+
+def _unknown_keys(model: type[BaseModel], value: Any, where: str) -> list[str]:
+    """Paths of the keys in ``value`` (JSON of ``model``) that no field of it declares,
+    nested models included."""
+    if not isinstance(value, dict):
+        return []
+    known: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        known[name] = info.annotation
+        if info.alias:
+            known[info.alias] = info.annotation
+    found = [f"{where}.{key}" for key in value if key not in known]
+    for key, item in value.items():
+        nested = _model_of(known.get(key))
+        if nested is None or item is None:
+            continue
+        if isinstance(item, list):
+            for i, element in enumerate(item):
+                found += _unknown_keys(nested, element, f"{where}.{key}[{i}]")
+        else:
+            found += _unknown_keys(nested, item, f"{where}.{key}")
+    return found
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The one pydantic model an annotation holds (``X``, ``X | None``, ``tuple[X, ...]``),
+    else None (unions of several models are not walked)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = get_origin(annotation)
+    if origin is None or (isinstance(origin, type) and issubclass(origin, Mapping)):
+        return None  # a mapping's keys are data, not field names
+    models = {m for arg in get_args(annotation) if (m := _model_of(arg)) is not None}
+    return models.pop() if len(models) == 1 else None
 
 
 def _json_kind(value: Any) -> str:
@@ -185,3 +296,13 @@ def request_namespace(request: Request, default: str) -> str:
         )
     chosen = header if header is not None else query
     return default if chosen is None else chosen
+
+
+def resolve_namespace(request: Request, default: str, allowed: frozenset[str] | None) -> str:
+    """The checked namespace of a request (:func:`request_namespace`): InvalidInputError
+    (400) for a malformed name, ForbiddenError (403) for one outside ``allowed`` (None:
+    any namespace is served)."""
+    namespace = check_namespace(request_namespace(request, default))
+    if allowed is not None and namespace not in allowed:
+        raise ForbiddenError(f"this server does not serve namespace {namespace!r}")
+    return namespace

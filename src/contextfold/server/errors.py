@@ -7,11 +7,13 @@ subclasses of the tree, so a Python caller catching ``InvalidInputError`` catche
 
     ContextfoldError
     ├── AuthenticationError          401  token configured, missing or wrong
+    ├── ForbiddenError               403  a namespace outside the server's allow-list
     ├── NotFoundError                404  unknown route, or a surface this server lacks
     ├── RebuildError                 404  the offset is no recorded request
     ├── StoreError
     │   ├── ConflictError            409  wrong expected version, idempotency key reuse
     │   └── StoreUnavailableError    503
+    ├── TooManyStreamsError          503  every live-stream (SSE) slot is taken
     └── InvalidInputError            400  bad names, payloads, query values
         ├── RequestBodyError         400  not JSON, unknown or missing fields
         ├── BodyTooLargeError        413
@@ -38,8 +40,10 @@ __all__ = [
     "STATUS",
     "AuthenticationError",
     "BodyTooLargeError",
+    "ForbiddenError",
     "NotFoundError",
     "RequestBodyError",
+    "TooManyStreamsError",
     "UnsupportedMediaTypeError",
     "error_body",
     "error_response",
@@ -51,6 +55,14 @@ logger = logging.getLogger("contextfold.server")
 
 class AuthenticationError(ContextfoldError):
     """The server has a token and the request's ``Authorization: Bearer`` is missing or wrong."""
+
+
+class ForbiddenError(ContextfoldError, PermissionError):
+    """The request names a namespace this server does not serve (``namespaces=``)."""
+
+
+class TooManyStreamsError(ContextfoldError):
+    """Every live-stream slot (``max_live_streams``) is taken: retry later."""
 
 
 class NotFoundError(ContextfoldError, LookupError):
@@ -71,6 +83,7 @@ class UnsupportedMediaTypeError(InvalidInputError):
 
 STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (AuthenticationError, 401),
+    (ForbiddenError, 403),
     (NotFoundError, 404),
     (RebuildError, 404),
     (ConflictError, 409),
@@ -78,6 +91,7 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (UnsupportedMediaTypeError, 415),
     (InvalidInputError, 400),
     (StoreUnavailableError, 503),
+    (TooManyStreamsError, 503),
     (ContextfoldError, 500),
 )
 """Status of each error class; the first entry the error is an instance of wins."""
@@ -107,6 +121,6 @@ def error_response(exc: BaseException) -> Response:
 
 async def handle_exception(request: Request, exc: Exception) -> Response:
     """Starlette exception handler: every error a route raises goes through here."""
-    if error_body(exc)[0] >= 500:
+    if error_body(exc)[0] >= 500 and not isinstance(exc, TooManyStreamsError):
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return error_response(exc)

@@ -16,10 +16,10 @@ from ..transcript.bus import Subscription, TranscriptBus, encode_bus_event
 from ..transcript.history import compacted_history
 from ..transcript.parts import MessageWithParts
 from ..transcript.persist import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, TranscriptStore, check_session
-from .body import query_int, request_namespace
+from .body import query_int, resolve_namespace
 from .encode import transcript_json
 from .errors import NotFoundError
-from .sse import EventStreamResponse, SSEMessage
+from .sse import EventStreamResponse, SSEMessage, StreamSlots
 
 __all__ = ["SessionRoutes"]
 
@@ -37,11 +37,15 @@ class SessionRoutes:
         *,
         default_namespace: str,
         heartbeat: float,
+        slots: StreamSlots,
+        namespaces: frozenset[str] | None = None,
     ) -> None:
         self.transcript = transcript
         self.bus = bus
         self.default_namespace = default_namespace
         self.heartbeat = heartbeat
+        self.slots = slots
+        self.namespaces = namespaces
 
     def routes(self) -> list[Route]:
         return [
@@ -59,7 +63,7 @@ class SessionRoutes:
             raise NotFoundError(
                 "this server has no transcript store: pass transcript= to create_app"
             )
-        namespace = request_namespace(request, self.default_namespace)
+        namespace = resolve_namespace(request, self.default_namespace, self.namespaces)
         session = check_session(request.path_params["session"])
         store = self.transcript
         if namespace != store.namespace:
@@ -88,25 +92,39 @@ class SessionRoutes:
         """
         if self.bus is None:
             raise NotFoundError("this server has no transcript bus: pass bus= to create_app")
-        namespace = request_namespace(request, self.default_namespace)
+        namespace = resolve_namespace(request, self.default_namespace, self.namespaces)
         session = check_session(request.path_params["session"])
-        # Subscribed before the response starts: nothing published after this is missed.
-        frames = _BusFrames(self.bus.subscribe(session, namespace=namespace))
-        return EventStreamResponse(frames, heartbeat=self.heartbeat)
+        self.slots.acquire()
+        try:
+            frames = _BusFrames()
+            response = EventStreamResponse(
+                frames, heartbeat=self.heartbeat, on_close=self.slots.release
+            )
+            # Subscribed last, once nothing can fail any more (a failure would leave a
+            # subscription nobody closes), and before the response starts: nothing
+            # published after this is missed.
+            frames.subscription = self.bus.subscribe(session, namespace=namespace)
+        except BaseException:
+            self.slots.release()
+            raise
+        return response
 
 
 class _BusFrames:
     """A bus subscription as SSE messages; closing it (even unstarted) unsubscribes."""
 
-    def __init__(self, subscription: Subscription) -> None:
-        self.subscription = subscription
+    def __init__(self) -> None:
+        self.subscription: Subscription | None = None
 
     def __aiter__(self) -> _BusFrames:
         return self
 
     async def __anext__(self) -> SSEMessage:
+        if self.subscription is None:
+            raise StopAsyncIteration
         event = await self.subscription.__anext__()
         return SSEMessage(encode_bus_event(event).decode())
 
     async def aclose(self) -> None:
-        self.subscription.close()
+        if self.subscription is not None:
+            self.subscription.close()

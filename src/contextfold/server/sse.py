@@ -13,7 +13,7 @@ more: it is sent as a final ``event: error`` frame with the usual JSON error bod
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -23,9 +23,16 @@ from starlette.types import Receive, Scope, Send
 
 from .. import canonical
 from ..errors import ContextfoldError
-from .errors import error_body
+from .errors import TooManyStreamsError, error_body
 
-__all__ = ["DEFAULT_HEARTBEAT", "EventStreamResponse", "SSEMessage", "aclose_iterator"]
+__all__ = [
+    "DEFAULT_HEARTBEAT",
+    "DEFAULT_MAX_LIVE_STREAMS",
+    "EventStreamResponse",
+    "SSEMessage",
+    "StreamSlots",
+    "aclose_iterator",
+]
 
 logger = logging.getLogger("contextfold.server")
 
@@ -33,6 +40,29 @@ DEFAULT_HEARTBEAT = 15.0
 """Seconds of silence after which a heartbeat comment is sent."""
 
 _HEARTBEAT = b": heartbeat\n\n"
+
+DEFAULT_MAX_LIVE_STREAMS = 100
+"""Open SSE streams (``/tail`` and ``/live`` together) a server holds at once by default."""
+
+
+class StreamSlots:
+    """A counter of open SSE streams, shared by every SSE route of an app: a request past
+    the limit is refused at once (TooManyStreamsError, 503) instead of waiting."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    def acquire(self) -> None:
+        """Take a slot, or raise TooManyStreamsError. Pair with :meth:`release`."""
+        if self.open >= self.limit:
+            raise TooManyStreamsError(
+                f"this server already holds its limit of {self.limit} live streams: retry later"
+            )
+        self.open += 1
+
+    def release(self) -> None:
+        self.open -= 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +102,14 @@ class EventStreamResponse(Response):
         *,
         heartbeat: float = DEFAULT_HEARTBEAT,
         headers: Mapping[str, str] | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
         if heartbeat <= 0:
             raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
         self.source = source
         self.heartbeat = heartbeat
+        self.on_close = on_close
+        """Called once when the response ends (or fails), e.g. to free a stream slot."""
         self.status_code = 200
         self.background = None
         # no-cache and no proxy buffering: every frame must reach the client as it is sent
@@ -85,6 +118,14 @@ class EventStreamResponse(Response):
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._respond(scope, receive, send)
+        finally:
+            if self.on_close is not None:
+                on_close, self.on_close = self.on_close, None
+                on_close()
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         if scope.get("method") == "HEAD":
             await aclose_iterator(self.source)

@@ -17,7 +17,7 @@ from ..context.projection import AgentContext
 from ..context.rebuild import verify_requests
 from ..journal import Journal
 from ..store.base import check_stream
-from .body import parse_append, query_int, read_json, request_namespace
+from .body import parse_append, query_int, read_json, resolve_namespace
 from .encode import (
     append_json,
     context_json,
@@ -26,7 +26,7 @@ from .encode import (
     page_json,
     streams_json,
 )
-from .sse import EventStreamResponse, SSEMessage, aclose_iterator
+from .sse import EventStreamResponse, SSEMessage, StreamSlots, aclose_iterator
 
 __all__ = ["MAX_PAGE", "SHA256_HEADER", "StreamRoutes"]
 
@@ -44,11 +44,17 @@ class StreamRoutes:
         max_body_bytes: int,
         heartbeat: float,
         poll_interval: float,
+        slots: StreamSlots,
+        trusted_writer: bool = False,
+        namespaces: frozenset[str] | None = None,
     ) -> None:
         self.journal = journal
         self.max_body_bytes = max_body_bytes
         self.heartbeat = heartbeat
         self.poll_interval = poll_interval
+        self.slots = slots
+        self.trusted_writer = trusted_writer
+        self.namespaces = namespaces
 
     def routes(self) -> list[Route]:
         base = "/v1/streams"
@@ -63,7 +69,7 @@ class StreamRoutes:
         ]
 
     def _scope(self, request: Request) -> tuple[Journal, str | None]:
-        namespace = request_namespace(request, self.journal.namespace)
+        namespace = resolve_namespace(request, self.journal.namespace, self.namespaces)
         journal = (
             self.journal
             if namespace == self.journal.namespace
@@ -87,7 +93,10 @@ class StreamRoutes:
     async def append(self, request: Request) -> Response:
         """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""
         journal, stream = self._stream(request)
-        body = parse_append(await read_json(request, max_bytes=self.max_body_bytes))
+        body = parse_append(
+            await read_json(request, max_bytes=self.max_body_bytes),
+            trusted_writer=self.trusted_writer,
+        )
         result = await journal.append(
             stream,
             body.events,
@@ -150,4 +159,5 @@ class StreamRoutes:
             finally:
                 await aclose_iterator(live)
 
-        return EventStreamResponse(frames(), heartbeat=self.heartbeat)
+        self.slots.acquire()
+        return EventStreamResponse(frames(), heartbeat=self.heartbeat, on_close=self.slots.release)
