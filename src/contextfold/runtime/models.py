@@ -1,8 +1,10 @@
 """Model clients: send a rendered request, get the model's output back.
 
-Remote clients send the exact body contextfold rendered (through the official SDKs, so
-auth, retries and streaming are theirs). :class:`LocalModel` and :class:`FunctionModel`
-answer offline and deterministically, for the demo and for users' own tests.
+Remote clients send the body contextfold rendered through the official SDKs (so auth,
+retries and streaming are theirs): the provider receives the same JSON value, which the
+SDK serializes again, so its key order on the wire may differ from the recorded bytes.
+:class:`LocalModel` and :class:`FunctionModel` answer offline and deterministically, for
+the demo and for users' own tests.
 """
 
 from __future__ import annotations
