@@ -28,7 +28,9 @@ class Log:
 
     def append(self, event: Event) -> int:
         position = len(self.envelopes) + 1
-        meta = EventMeta(event_id=f"ev-{position}", time=time_of(position))
+        # Written as the agent's runtime would (journal meta actor "agent"): trust in the
+        # payload is what these tests vary.
+        meta = EventMeta(event_id=f"ev-{position}", time=time_of(position), actor="agent")
         self.envelopes.append(Envelope.make(event, position=position, meta=meta))
         return position
 

@@ -43,6 +43,10 @@ AgentContext: Fold[AgentContextState] = Fold(
 """The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes."""
 
 
+AGENT_WRITER = "agent"
+"""The journal meta actor of the runtime's own appends; only its items carry verified calls."""
+
+
 def _is_request(state: AgentContextState, offset: int) -> bool:
     offsets = state.request_offsets
     index = bisect_left(offsets, offset)
@@ -52,10 +56,14 @@ def _is_request(state: AgentContextState, offset: int) -> bool:
 def _item(state: AgentContextState, ev: Envelope[ContextAdded]) -> ContextItem:
     p = ev.payload
     claimed = p.llm_request_offset
-    # A forged request offset (no such request, or an external actor's) executes nothing.
+    # A forged request offset executes nothing: the request must exist, and the item must
+    # come from the agent itself, by its payload and by the journal's record of the writer.
     verified = (
         claimed
-        if claimed is not None and is_trusted(p.actor) and _is_request(state, claimed)
+        if claimed is not None
+        and is_trusted(p.actor)
+        and ev.meta.actor == AGENT_WRITER
+        and _is_request(state, claimed)
         else None
     )
     return ContextItem(
