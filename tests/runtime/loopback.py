@@ -1,9 +1,9 @@
-"""A loopback HTTP server speaking just enough of the OpenAI Chat Completions and Anthropic
-Messages protocols for end-to-end tests through the official SDKs.
+"""A loopback HTTP server speaking just enough of the OpenAI Chat Completions and Responses and
+the Anthropic Messages protocols for end-to-end tests through the official SDKs.
 
 It records every request (path, raw body bytes, parsed JSON) and answers each one with the
 next scripted reply: a list of server-sent event payloads (a stream) or a JSON object.
-Helpers build the streamed chunks of a tool call and of text for both protocols.
+Helpers build the streamed chunks of a tool call and of text for each protocol.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "anthropic_text_stream",
     "anthropic_tool_stream",
     "loopback",
+    "openai_responses_text_stream",
     "openai_text_stream",
     "openai_tool_stream",
 ]
@@ -175,6 +176,63 @@ def openai_text_stream(pieces: list[str], *, usage: tuple[int, int] = (80, 12)) 
         for piece in pieces
     ]
     return _Stream(events + _chat_end("stop", usage))
+
+
+# -- OpenAI Responses streams ----------------------------------------------------------------
+
+
+def openai_responses_text_stream(
+    pieces: list[str], *, usage: tuple[int, int] = (80, 12)
+) -> _Stream:
+    """Streamed text: one ``response.output_text.delta`` per piece, then the whole response."""
+    prompt, completion = usage
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "".join(pieces), "annotations": []}],
+    }
+    response = {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-4o-mini",
+        "status": "completed",
+        "output": [message],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        },
+    }
+    events: list[tuple[str | None, Any]] = [
+        (
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "item_id": "msg_1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": piece,
+                "sequence_number": i,
+                "logprobs": [],
+            },
+        )
+        for i, piece in enumerate(pieces)
+    ]
+    events.append(
+        (
+            "response.completed",
+            {"type": "response.completed", "response": response, "sequence_number": len(pieces)},
+        )
+    )
+    return _Stream(events)
 
 
 # -- Anthropic Messages streams ---------------------------------------------------------------

@@ -1,5 +1,6 @@
 """End to end through the official SDKs against a loopback server, streaming: the server gets
-exactly the recorded bytes, deltas reach the observer, tools run, requests verify."""
+exactly the recorded bytes (the hash of its raw request body is the recorded hash), deltas
+reach the observer, tools run, requests verify."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from loopback import (
     anthropic_text_stream,
     anthropic_tool_stream,
     loopback,
+    openai_responses_text_stream,
     openai_text_stream,
     openai_tool_stream,
 )
 from runtime_helpers import STREAM, Observer, events_of, recorded_of, user
 
-from contextfold.canonical import canonical_json, dumps, sha256_hex
+from contextfold.canonical import sha256_hex
 from contextfold.context.events import (
     ContextAdded,
     LlmResponse,
@@ -25,7 +27,7 @@ from contextfold.context.events import (
 from contextfold.context.rebuild import rebuild_request, verify_requests
 from contextfold.journal import Journal
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import AnthropicModel, OpenAIChatModel
+from contextfold.runtime.models import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 
 
 def get_weather(city: str) -> str:
@@ -37,35 +39,19 @@ ARGUMENTS = '{"city": "Paris"}'
 ANSWER = ["It is ", "sunny ", "in Paris."]
 
 
-def in_order_of(value: Any, template: Any) -> Any:
-    """``value`` with every object's keys in ``template``'s order (the SDK serializes our
-    dict with its own key order; the content must be the same)."""
-    if isinstance(template, dict):
-        assert isinstance(value, dict) and list(sorted(value)) == list(sorted(template))
-        return {key: in_order_of(value[key], template[key]) for key in template}
-    if isinstance(template, list):
-        assert isinstance(value, list) and len(value) == len(template)
-        return [in_order_of(v, t) for v, t in zip(value, template, strict=True)]
-    return value
-
-
 async def check_wire(journal: Journal, observer: Observer, received: list[Any]) -> None:
-    """The server received exactly the bodies we recorded, request by request."""
+    """The server received exactly the bytes we recorded, request by request: the hash of
+    the raw request body on the wire is the journal's RequestRecorded.sha256."""
     recorded = await recorded_of(journal, STREAM)
     offsets = sorted(observer.sent)
     assert len(received) == len(offsets)
     for offset, got in zip(offsets, received, strict=True):
         [rendered] = observer.sent[offset]
-        ours = json.loads(rendered.body)
-        # The SDK re-serializes our dict: the JSON must be equal, field for field...
-        assert got.body == ours
-        assert canonical_json(got.body) == canonical_json(ours)
-        # ...so the received JSON, written back in our key order, is our exact bytes, and
-        # their hash is the one the journal recorded for the request.
-        assert dumps(in_order_of(got.body, ours)) == rendered.body
-        assert sha256_hex(dumps(in_order_of(got.body, ours))) == rendered.sha256
-        assert recorded[offset] == [rendered.sha256]
-        assert (await rebuild_request(journal, STREAM, offset)).sha256 == rendered.sha256
+        assert got.raw == rendered.body
+        assert recorded[offset] == [sha256_hex(got.raw)]
+        assert sha256_hex(got.raw) == rendered.sha256
+        assert got.body == json.loads(rendered.body)
+        assert (await rebuild_request(journal, STREAM, offset)).sha256 == sha256_hex(got.raw)
     assert await verify_requests(journal, STREAM) == ()
 
 
@@ -171,3 +157,25 @@ async def test_anthropic_streaming_tool_call_then_text(journal: Journal) -> None
     ]
     assert [d["text"] for d in observer.of("delta")] == ANSWER
     assert (await assistant_items(journal))[-1].content == "".join(ANSWER)
+
+
+async def test_openai_responses_streaming_text(journal: Journal) -> None:
+    observer = Observer()
+    with loopback([openai_responses_text_stream(ANSWER)]) as server:
+        model = OpenAIResponsesModel("gpt-4o-mini", base_url=f"{server.base_url}/v1", api_key="t")
+        try:
+            await journal.append(STREAM, system_prompt("You answer weather questions."))
+            await journal.append(STREAM, user("Weather in Paris?"))
+            report = await Agent(
+                journal, STREAM, model, stream_responses=True, observer=observer
+            ).run_until_idle()
+        finally:
+            await model.client.close()
+    assert report.status == "idle" and len(report.requests) == 1
+    assert [r.path for r in server.received] == ["/v1/responses"]
+    assert server.received[0].body["stream"] is True
+    await check_wire(journal, observer, server.received)
+    assert [d["text"] for d in observer.of("delta")] == ANSWER
+    assert (await assistant_items(journal))[-1].content == "".join(ANSWER)
+    [response] = [e for _, e in await events_of(journal, STREAM, LlmResponse)]
+    assert response.usage is not None and response.usage.input_tokens == 80

@@ -78,19 +78,16 @@ class FakeStream:
 
 
 def client_for(transport: str, stream: FakeStream) -> ModelClient:
-    async def create(**body: Any) -> FakeStream:
-        assert body["stream"] is True
+    async def post(path: str, **kwargs: Any) -> FakeStream:
+        assert kwargs["stream"] is True
         return stream
 
-    return model_for(transport, create)
+    return model_for(transport, post)
 
 
-def model_for(transport: str, create: Any) -> ModelClient:
-    """A client of ``transport`` whose SDK endpoint is ``create``."""
-    endpoint = SimpleNamespace(create=create)
-    sdk = SimpleNamespace(
-        chat=SimpleNamespace(completions=endpoint), responses=endpoint, messages=endpoint
-    )
+def model_for(transport: str, post: Any) -> ModelClient:
+    """A client of ``transport`` whose SDK's low-level ``post`` is ``post``."""
+    sdk = SimpleNamespace(post=post, timeout=None)
     if transport == "openai-chat":
         return OpenAIChatModel("gpt-4o", client=sdk)
     if transport == "openai-responses":
@@ -158,28 +155,36 @@ WHOLE: dict[str, Any] = {
 }
 
 
+PATHS = {
+    "openai-chat": "/chat/completions",
+    "openai-responses": "/responses",
+    "anthropic": "/v1/messages",
+}
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_whole_response_is_read_by_its_transport(transport: str) -> None:
-    sent: list[dict[str, Any]] = []
+    sent: list[tuple[str, Any, bool]] = []
 
-    async def create(**body: Any) -> Any:
-        sent.append(body)
+    async def post(path: str, **kwargs: Any) -> Any:
+        sent.append((path, kwargs["content"], kwargs["stream"]))
         return WHOLE[transport]
 
-    model = model_for(transport, create)
+    model = model_for(transport, post)
     request = replace(REQUEST, stream=False)
     rendered = render_request(request, model.transport)
     output = await model.complete(request, rendered)
     assert output.text == "Hello" and output.tool_calls == ()
-    assert sent == [rendered.json()]
+    # The exact rendered bytes are posted, not a re-serialized dict.
+    assert sent == [(PATHS[transport], rendered.body, False)]
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_a_failing_sdk_call_is_a_model_error(transport: str) -> None:
-    async def create(**body: Any) -> Any:
+    async def post(path: str, **kwargs: Any) -> Any:
         raise ConnectionRefusedError("connection refused")
 
-    model = model_for(transport, create)
+    model = model_for(transport, post)
     with pytest.raises(ModelError, match=f"{transport} request to model") as failed:
         await model.complete(REQUEST, render_request(REQUEST, model.transport))
     assert isinstance(failed.value.__cause__, ConnectionRefusedError)

@@ -1,8 +1,9 @@
 """Model clients: send a rendered request, get the model's output back.
 
-Remote clients send the body contextfold rendered through the official SDKs (so auth,
-retries and streaming are theirs): the provider receives the same JSON value, which the
-SDK serializes again, so its key order on the wire may differ from the recorded bytes.
+Remote clients send the exact body bytes contextfold rendered through the official SDKs'
+low-level ``post`` (so auth, retries and streaming are theirs, and responses and streams are
+parsed into the SDKs' types): the bytes on the wire are the recorded bytes, and the recorded
+hash is theirs.
 :class:`LocalModel` and :class:`FunctionModel` answer offline and deterministically, for
 the demo and for users' own tests.
 """
@@ -161,9 +162,9 @@ class FunctionModel:
 class _SDKModel(abc.ABC):
     """A remote model reached through its official SDK.
 
-    The round trip is here, once: send the rendered body, read a whole response or a
-    stream (closed however reading ends), and turn failures into ModelError. Subclasses
-    name their SDK call and read their own protocol.
+    The round trip is here, once: send the rendered body bytes as they are, read a whole
+    response or a stream (closed however reading ends), and turn failures into ModelError.
+    Subclasses name their endpoint and SDK types and read their own protocol.
     """
 
     transport: Transport
@@ -186,8 +187,9 @@ class _SDKModel(abc.ABC):
         # endpoint fails as a ModelError, like any provider failure.
         with _provider_errors(self.transport, self.model):
             body = rendered.json()
-            response = await self._create(body)
-            if not body.get("stream"):
+            stream = bool(body.get("stream"))
+            response = await self._post(body, rendered.body, stream)
+            if not stream:
                 return self._parse(response)
             try:
                 return await self._read_stream(response, on_delta)
@@ -200,8 +202,8 @@ class _SDKModel(abc.ABC):
         """The SDK's async client, when none was given."""
 
     @abc.abstractmethod
-    async def _create(self, body: dict[str, Any]) -> Any:
-        """Call the SDK with the rendered body as keyword arguments."""
+    async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
+        """POST ``content`` (the rendered bytes, whose parsed value is ``body``) as it is."""
 
     @staticmethod
     @abc.abstractmethod
@@ -227,6 +229,24 @@ def _openai_client(base_url: str | None, api_key: str | None) -> Any:
     return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+async def _openai_post(
+    client: Any, path: str, content: bytes, stream: bool, cast_to: Any, event: Any
+) -> Any:
+    """POST the exact bytes through the OpenAI SDK, as its ``create`` would (bearer auth)."""
+    openai = _import_sdk("openai", "OpenAI")
+    return await client.post(
+        path,
+        cast_to=cast_to,
+        content=content,
+        options={"headers": _JSON_HEADERS, "security": {"bearer_auth": True}},
+        stream=stream,
+        stream_cls=openai.AsyncStream[event],
+    )
+
+
 class OpenAIChatModel(_SDKModel):
     """OpenAI Chat Completions, or any OpenAI-compatible server (vLLM, Ollama) via base_url."""
 
@@ -234,8 +254,16 @@ class OpenAIChatModel(_SDKModel):
 
     _default_client = staticmethod(_openai_client)
 
-    async def _create(self, body: dict[str, Any]) -> Any:
-        return await self.client.chat.completions.create(**body)
+    async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
+        chat = _import_sdk("openai", "OpenAI").types.chat
+        return await _openai_post(
+            self.client,
+            "/chat/completions",
+            content,
+            stream,
+            chat.ChatCompletion,
+            chat.ChatCompletionChunk,
+        )
 
     @staticmethod
     def _parse(response: Any) -> ModelOutput:
@@ -305,8 +333,16 @@ class OpenAIResponsesModel(_SDKModel):
 
     _default_client = staticmethod(_openai_client)
 
-    async def _create(self, body: dict[str, Any]) -> Any:
-        return await self.client.responses.create(**body)
+    async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
+        responses = _import_sdk("openai", "OpenAI").types.responses
+        return await _openai_post(
+            self.client,
+            "/responses",
+            content,
+            stream,
+            responses.Response,
+            responses.ResponseStreamEvent,
+        )
 
     @staticmethod
     def _parse(response: Any) -> ModelOutput:
@@ -366,8 +402,24 @@ class AnthropicModel(_SDKModel):
         anthropic = _import_sdk("anthropic", "Anthropic")
         return anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key)
 
-    async def _create(self, body: dict[str, Any]) -> Any:
-        return await self.client.messages.create(**body)
+    async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
+        anthropic = _import_sdk("anthropic", "Anthropic")
+        options: dict[str, Any] = {"headers": _JSON_HEADERS}
+        if not stream and self.client.timeout == anthropic.DEFAULT_TIMEOUT:
+            # As messages.create: a whole answer's timeout scales with max_tokens, and one
+            # that may take over 10 minutes must be streamed.
+            options["timeout"] = self.client._calculate_nonstreaming_timeout(
+                body["max_tokens"],
+                anthropic._constants.MODEL_NONSTREAMING_TOKENS.get(body["model"]),
+            )
+        return await self.client.post(
+            "/v1/messages",
+            cast_to=anthropic.types.Message,
+            content=content,
+            options=options,
+            stream=stream,
+            stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+        )
 
     @staticmethod
     def _parse(response: Any) -> ModelOutput:
