@@ -78,13 +78,18 @@ class PrefixInstance:
         return self._composed
 
     async def get(self) -> tuple[NeutralMessage, ...]:
-        """The instance's prefix, composing it now if this is the first step."""
+        """The instance's prefix, composing it now if this is the first step.
+
+        A cancel landing inside the composition discards it, even when a contributor
+        swallowed the cancel and returned a degraded fallback: that value reaches neither
+        this request nor a later one, and the next call composes again.
+        """
         if self._composed is None:
-            try:
-                composed = await compose_prefix(self._contributors)
-            except asyncio.CancelledError:
-                # Discarded, never cached: a degraded result must not leak into later requests.
-                raise
+            task = asyncio.current_task()
+            cancels = task.cancelling() if task is not None else 0
+            composed = await compose_prefix(self._contributors)
+            if task is not None and task.cancelling() > cancels:
+                raise asyncio.CancelledError
             self._composed = composed
             self.compositions += 1
         return self._composed

@@ -46,7 +46,6 @@ from ..errors import CorruptEventError, RenderError
 from ..events import Envelope
 from ..journal import Journal
 from ..render.neutral import (
-    NeutralMessage,
     NeutralRequest,
     RenderedRequest,
     ToolCall,
@@ -140,8 +139,7 @@ class Agent:
         self.stream = stream
         self.model = model
         self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
-        self._prefix_source = prefix or SessionPrefix()
-        self.prefix: PrefixInstance = self._prefix_source.instance()
+        self.prefix: PrefixInstance = (prefix or SessionPrefix()).instance()
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.stream_responses = stream_responses
@@ -234,23 +232,8 @@ class Agent:
 
     # -- one request --------------------------------------------------------------------------
 
-    async def _session_prefix(self) -> tuple[NeutralMessage, ...]:
-        """The instance's composed prefix. A cancel landing inside the composition discards
-        it, even when a contributor swallowed the cancel and returned a degraded fallback:
-        that value must reach neither this request nor a later one."""
-        composed = self.prefix.composed
-        if composed is not None:
-            return composed
-        task = asyncio.current_task()
-        cancels = task.cancelling() if task is not None else 0
-        composed = await self.prefix.get()
-        if task is not None and task.cancelling() > cancels:
-            self.prefix = self._prefix_source.instance()  # the next turn composes again
-            raise asyncio.CancelledError
-        return composed
-
     async def _header(self, context: AgentContextState) -> RequestHeader:
-        prefix = await self._session_prefix()
+        prefix = await self.prefix.get()
         return RequestHeader(
             transport=self.model.transport,
             model=self.model.model,
