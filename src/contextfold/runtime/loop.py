@@ -52,6 +52,7 @@ from ..render.neutral import (
     render_request,
 )
 from ..render.prefix import PrefixInstance, SessionPrefix
+from ..store.base import raise_if_cancelled
 from .models import ModelClient, ModelError, ModelOutput
 from .scheduling import (
     AGENT,
@@ -211,6 +212,7 @@ class Agent:
         """
         failures = 0
         while True:
+            raise_if_cancelled()  # a cancel a library swallowed still stops the agent
             cursor = await self.journal.head(self.stream)
             try:
                 await self.run_until_idle()

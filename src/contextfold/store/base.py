@@ -265,7 +265,10 @@ class Wakeups:
         key = (namespace, stream)
         self._waiters.setdefault(key, set()).add(waiter)
         try:
-            await asyncio.wait_for(waiter.wait(), timeout)
+            # Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that lands
+            # as the waiter is set, and a cancelled tail would then poll forever.
+            async with asyncio.timeout(timeout):
+                await waiter.wait()
         except TimeoutError:
             pass
         finally:
@@ -274,6 +277,18 @@ class Wakeups:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[key]
+
+
+def raise_if_cancelled() -> None:
+    """Re-raise a cancellation that an awaited library swallowed.
+
+    On Python 3.11, ``asyncio.wait_for`` (used inside drivers and pools) returns normally when
+    a cancel lands just as what it waits for completes. The task's cancel request is still
+    counted, so a live tail checks it at each turn rather than polling forever.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 async def poll_subscribe(
@@ -289,11 +304,13 @@ async def poll_subscribe(
     cursor = after
     while True:
         page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
+        raise_if_cancelled()
         for event in page.events:
             yield event
         cursor = page.cursor
         if not page.more:
             await wakeups.wait(namespace, stream, poll_interval)
+            raise_if_cancelled()
 
 
 def wrong_version(stream: str, expected: int, actual: int) -> WrongExpectedVersionError:

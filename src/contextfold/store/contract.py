@@ -430,3 +430,25 @@ class StoreContract:
             assert got == [2, 3]
 
         self.run(t)
+
+    def test_a_cancelled_tail_ends_even_as_an_append_wakes_it(self) -> None:
+        """Cancelling a waiting tail at any moment around a wake-up ends it: a lost cancel
+        would leave an abandoned tail polling forever (and whoever awaits it hanging)."""
+
+        async def t(j: Journal) -> None:
+            async def tail() -> None:
+                async for _ in j.subscribe("s", after=None, poll_interval=10):
+                    pass
+
+            for ticks in range(6):
+                task = asyncio.create_task(tail())
+                await asyncio.sleep(0.02)  # the tail has drained the history and waits
+                await j.append("s", RawEvent("e", {"i": ticks}))
+                for _ in range(ticks):
+                    await asyncio.sleep(0)
+                task.cancel()
+                done, _ = await asyncio.wait({task}, timeout=10)
+                assert task in done, f"a tail cancelled {ticks} tick(s) after a wake-up ran on"
+                assert task.cancelled()
+
+        self.run(t)

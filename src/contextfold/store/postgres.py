@@ -35,6 +35,7 @@ from .base import (
     batch_digest,
     idempotency_conflict,
     parse_cursor,
+    raise_if_cancelled,
     wrong_version,
 )
 
@@ -433,14 +434,18 @@ class PostgresStore(Store):
                 # Cleared before the read: a NOTIFY for anything the read misses wakes the wait.
                 wake.clear()
                 page = await self.read(namespace, stream, after=cursor, types=None, limit=_PAGE)
+                raise_if_cancelled()  # the pool may have swallowed a cancel (Python 3.11)
                 for event in page.events:
                     yield event
                 cursor = page.cursor
                 if page.more:
                     continue
                 timeout = max(poll_interval, self._poll_fallback) if listening else poll_interval
+                # asyncio.timeout, not wait_for: see Wakeups.wait (a cancel must not be lost).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
+                raise_if_cancelled()
         finally:
             waiters = self._wakers.get(key)
             if waiters is not None:
