@@ -110,6 +110,14 @@ def serve(
         str | None,
         typer.Option(envvar="CONTEXTFOLD_TOKEN", help="Require 'Authorization: Bearer <token>'."),
     ] = None,
+    max_live_streams: Annotated[
+        int,
+        typer.Option(min=1, help="Live SSE streams served at once; past it, 503 (retry later)."),
+    ] = 100,  # server.sse.DEFAULT_MAX_LIVE_STREAMS (the server extra may be absent)
+    extra_connections: Annotated[
+        int,
+        typer.Option(min=0, help="Connections beyond the live streams, for ordinary requests."),
+    ] = 100,
 ) -> None:
     """Serve a journal over HTTP + SSE, with the web inspector at /."""
     try:
@@ -118,7 +126,14 @@ def serve(
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(1) from None
 
-    run_server(url, host, port, token=token)
+    run_server(
+        url,
+        host,
+        port,
+        token=token,
+        max_live_streams=max_live_streams,
+        extra_connections=extra_connections,
+    )
 
 
 def main() -> None:

@@ -28,8 +28,24 @@ def _free_port() -> int:
 def test_serve_has_help() -> None:
     result = CliRunner().invoke(app, ["serve", "--help"])
     assert result.exit_code == 0
-    for option in ("--url", "--host", "--port", "--token"):
+    for option in ("--url", "--host", "--port", "--token", "--max-live-streams"):
         assert option in result.output
+
+
+def test_serve_limits_default_to_the_servers_and_refuse_nonsense() -> None:
+    import inspect
+
+    from contextfold import cli
+    from contextfold.server.runner import DEFAULT_EXTRA_CONNECTIONS
+    from contextfold.server.sse import DEFAULT_MAX_LIVE_STREAMS
+
+    params = inspect.signature(cli.serve).parameters
+    assert params["max_live_streams"].default == DEFAULT_MAX_LIVE_STREAMS
+    assert params["extra_connections"].default == DEFAULT_EXTRA_CONNECTIONS
+    result = CliRunner().invoke(app, ["serve", "--max-live-streams", "0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2
+    words = " ".join(result.output.replace("│", " ").split())  # the box may wrap lines
+    assert "Invalid value for '--max-live-streams'" in words, result.output
 
 
 def test_serve_runs_a_journal_until_interrupted(tmp_path: Path) -> None:

@@ -286,7 +286,7 @@ async def test_subscribe_wakes_on_notify_from_another_journal(pg_dsn: str) -> No
         await asyncio.sleep(0.2)
         assert not pending.done()
         await writer.append("live", [raw(2)])
-        second = await asyncio.wait_for(pending, 2)
+        second = await asyncio.wait_for(pending, 10)
         assert (second.position, second.payload["i"]) == (2, 2)
         await tail.aclose()  # type: ignore[attr-defined]
         store = reader.store
@@ -307,16 +307,20 @@ async def test_subscribe_survives_a_killed_listener_connection(pg_dsn: str) -> N
     try:
         tail = reader.subscribe("live")
         pending = asyncio.ensure_future(anext(tail))
-        await asyncio.sleep(0.3)
         store = reader.store
-        assert isinstance(store, PostgresStore) and store._listener is not None
+        assert isinstance(store, PostgresStore)
+        for _ in range(200):  # the tail starts the listener (slow machines take a while)
+            if store._listener is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert store._listener is not None
         old_pid = store._listener.info.backend_pid
         with psycopg.connect(pg_dsn, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (old_pid,))
         await asyncio.sleep(0.5)  # the tail notices, re-reads and listens again
         assert not pending.done()
         await writer.append("live", [raw(1)])
-        assert (await asyncio.wait_for(pending, 3)).position == 1
+        assert (await asyncio.wait_for(pending, 10)).position == 1
         assert store._listener is not None and store._listener.info.backend_pid != old_pid
         await tail.aclose()  # type: ignore[attr-defined]
     finally:
@@ -331,7 +335,7 @@ async def test_closing_the_journal_ends_a_waiting_tail(pg_dsn: str) -> None:
     await asyncio.sleep(0.3)
     await reader.close()
     with pytest.raises(StoreUnavailableError, match="closed"):
-        await asyncio.wait_for(pending, 2)
+        await asyncio.wait_for(pending, 10)
 
 
 async def test_appends_racing_deletes_keep_streams_consistent(pg_dsn: str) -> None:

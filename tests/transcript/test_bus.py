@@ -105,7 +105,7 @@ async def test_a_waiting_subscriber_wakes_on_publish() -> None:
     await asyncio.sleep(0.01)
     assert not waiter.done()
     bus.publish(delta(7))
-    event = await asyncio.wait_for(waiter, 1)
+    event = await asyncio.wait_for(waiter, 10)
     assert isinstance(event, PartDelta) and event.delta == "7"
 
 
