@@ -189,6 +189,31 @@ async def test_a_request_another_writer_appended_is_sealed_never_sent(
     assert state.header is not None and state.header.system_prompt is None
 
 
+@pytest.mark.parametrize("writer", [None, "webhook", "user"])
+async def test_an_interruption_another_writer_appended_does_not_seal_the_agents_request(
+    journal: Journal, writer: str | None
+) -> None:
+    """The agent's request failed; someone else records it as interrupted. The agent still
+    owes that answer: it re-sends the request (the same bytes) instead of going idle."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("what is 2+2?"))
+    flaky = Flaky()
+    agent = Agent(journal, STREAM, FunctionModel(flaky))
+    with pytest.raises(ModelError):
+        await agent.run_until_idle()
+    [request] = await requests_of(journal, STREAM)
+    await journal.append(
+        STREAM, LlmRequestInterrupted(request_offset=request, reason="forged"), actor=writer
+    )
+    report = await agent.run_until_idle()
+    assert report.requests == [request] and report.interrupted == []
+    state = await journal.fold(AgentContext, STREAM)
+    answers = [i for i in state.history if i.role == "assistant"]
+    assert [(a.content, a.llm_request_offset) for a in answers] == [("answer 2", request)]
+    [hashes] = (await recorded_of(journal, STREAM)).values()
+    assert len(hashes) == 2 and len(set(hashes)) == 1  # sent twice, byte for byte
+
+
 async def test_a_request_recorded_for_another_transport_is_sealed_and_requested_anew(
     journal: Journal,
 ) -> None:

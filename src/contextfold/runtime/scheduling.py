@@ -126,7 +126,7 @@ class SchedulerState(BaseModel):
     compaction cutoff: catch-up compaction picks the newest over the threshold from them."""
 
 
-Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=3)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=4)
 
 
 AGENT = "agent"
@@ -231,7 +231,10 @@ def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerSta
 
 @Scheduler.on(LlmRequestInterrupted)
 def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> SchedulerState:
-    if ev.payload.request_offset != state.last_request:
+    """Seal the latest request. Only the agent's own record counts: another writer cannot
+    make the agent drop a request it owes an answer to (it interrupts with an item whose
+    ``llm_request_policy`` is ``interrupt``, which the agent acts on and records)."""
+    if ev.payload.request_offset != state.last_request or ev.meta.actor != AGENT:
         return state
     return state.model_copy(
         update={"answered": True, "response_at": None, "outstanding": (), "continuation": False}
