@@ -11,14 +11,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-try:
+if TYPE_CHECKING:  # mypy sees tests/ as pytest does: a folder on the path, not a package
     from pgserver import PostgresNotFoundError, TemporaryPostgres
-except ImportError:  # tests/ imported as a package (a tests/__init__.py exists)
-    from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
+else:
+    try:
+        from pgserver import PostgresNotFoundError, TemporaryPostgres
+    except ImportError:  # tests/ imported as a package (a tests/__init__.py exists)
+        from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
 
 _PG_FIXTURES = frozenset({"pg_server", "pg_dsn"})
 

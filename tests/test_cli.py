@@ -50,7 +50,8 @@ def test_streams_events_rebuild_and_verify(session: str) -> None:
 
     async def body() -> bytes:
         async with cf.open_journal(session) as journal:
-            return (await journal.rebuild_request("chat", offset)).body
+            body: bytes = (await journal.rebuild_request("chat", offset)).body
+            return body
 
     assert rebuilt.stdout.strip().encode() == asyncio.run(body())
     verified = runner.invoke(app, ["verify", "chat", "--url", session])

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
-from typing import Literal
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal
 
 import pytest
 from foldsupport import RecordingStore
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import contextfold as cf
+from contextfold.folds import FoldBase
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SQLiteStore
 
@@ -66,7 +67,7 @@ def texts(state: Chat) -> list[str]:
     return [t.text for t in state.turns]
 
 
-def summarize_all_but(keep: int, label: str = "summary") -> object:
+def summarize_all_but(keep: int, label: str = "summary") -> Callable[[Chat], Chat]:
     def next_state(state: Chat) -> Chat:
         older = state.turns[:-keep] if keep else state.turns
         kept = state.turns[-keep:] if keep else ()
@@ -87,7 +88,7 @@ async def store(request: pytest.FixtureRequest, sqlite_path: str) -> AsyncIterat
         await recording.close()
 
 
-async def cold(store: cf.Store, fold: cf.FoldBase[object], stream: str = "s") -> object:
+async def cold(store: cf.Store, fold: FoldBase[Any], stream: str = "s") -> object:
     """A cold rebuild: a fresh journal (its own fold cache) on the same store."""
     return await cf.Journal(store).fold(fold, stream)
 
@@ -299,8 +300,12 @@ async def test_an_invalid_new_state_is_rejected_and_nothing_is_appended(
         {"turns": [{"role": "user", "text": "t", "extra": True}]},
     ]
     for bad in invalid:
+
+        def next_state(state: Chat, bad: object = bad) -> object:
+            return bad
+
         with pytest.raises(cf.FoldCompactionError) as caught:
-            await journal.compact(fold, "s", lambda s, bad=bad: bad)
+            await journal.compact(fold, "s", next_state)
         assert caught.value.reason == "invalid-state"
         assert isinstance(caught.value.__cause__, ValidationError)
     assert await journal.version("s") == version
@@ -320,8 +325,12 @@ async def test_an_invalid_segmented_state_is_rejected(store: RecordingStore) -> 
         cf.SegmentedState([], summary=5),
     ]
     for bad in invalid:
+
+        def next_state(state: cf.SegmentedState[Any, Any], bad: object = bad) -> object:
+            return bad
+
         with pytest.raises(cf.FoldCompactionError) as caught:
-            await journal.compact(fold, "s", lambda s, bad=bad: bad)
+            await journal.compact(fold, "s", next_state)
         assert caught.value.reason == "invalid-state"
     assert await journal.version("s") == version
 
@@ -345,12 +354,13 @@ async def test_folds_that_cannot_compact_are_unsupported(store: RecordingStore) 
     journal = cf.Journal(store)
     plain: cf.Fold[tuple[str, ...]] = cf.Fold("plain", initial=tuple)
     plain.on(Said)(lambda s, ev: (*s, ev.payload.text))
-    run_scoped = cf.Fold("run_chat", state=Chat, scope="run")
+    run_scoped: cf.Fold[Chat] = cf.Fold("run_chat", state=Chat, scope="run")
     run_scoped.on(Said)(lambda s, ev: s)
     run_segmented = cf.SegmentedFold("run_seg", data=str, summary=str, scope="run", tag=None)
     run_segmented.open(Said)(lambda ev: cf.Segment("x", ev.payload.text))
     await journal.append("s", Said(text="a"), run_id="r")
-    for fold in (plain, run_scoped, run_segmented):
+    folds: tuple[FoldBase[Any], ...] = (plain, run_scoped, run_segmented)
+    for fold in folds:
         assert not fold.can_compact
         with pytest.raises(cf.FoldCompactionError) as caught:
             await journal.compact(fold, "s", lambda s: s)
@@ -453,7 +463,7 @@ async def test_gathered_compactions_agree_with_a_rebuild(store: RecordingStore) 
 
     async def keep(n: int, state: Chat) -> Chat:
         await asyncio.sleep(0)
-        return summarize_all_but(n, f"keep{n}")(state)  # type: ignore[operator, no-any-return]
+        return summarize_all_but(n, f"keep{n}")(state)
 
     results = await asyncio.gather(
         journal.compact(fold, "s", lambda s: keep(1, s)),

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import metrics
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Sum
 
 import contextfold as cf
 from contextfold.folds import reader as reader_module
@@ -37,7 +37,7 @@ _created_before_provider = type(reader_module._skipped_counter).__name__.startsw
 def metric_reader() -> Iterator[InMemoryMetricReader]:
     current = metrics.get_meter_provider()
     if isinstance(current, MeterProvider):  # another test module installed the SDK already
-        readers = current._sdk_config.metric_readers
+        readers = current._metric_readers
         found = [r for r in readers if isinstance(r, InMemoryMetricReader)]
         if not found:
             pytest.skip("a global MeterProvider without an InMemoryMetricReader is already set")
@@ -59,8 +59,9 @@ def sums(reader: InMemoryMetricReader, name: str) -> dict[frozenset[tuple[str, o
             for metric in scope.metrics:
                 if metric.name != name:
                     continue
-                for point in metric.data.data_points:  # type: ignore[union-attr]
-                    found[frozenset((point.attributes or {}).items())] = point.value  # type: ignore[union-attr]
+                assert isinstance(metric.data, Sum)  # a counter's points are sums
+                for point in metric.data.data_points:
+                    found[frozenset((point.attributes or {}).items())] = point.value
     return found
 
 

@@ -37,7 +37,7 @@ class Tally(BaseModel):
     compactions: int = 0
 
 
-Tallied = cf.Fold("proptally", state=Tally)
+Tallied: cf.Fold[Tally] = cf.Fold("proptally", state=Tally)
 
 
 @Tallied.on(UserPrompt)
@@ -139,7 +139,7 @@ class Scenario:
         if kind == "next":
             keep, yields = spec[1], spec[2]
 
-            async def next_state(state: cf.SegmentedState) -> cf.SegmentedState:
+            async def next_state(state: cf.SegmentedState[Any, Any]) -> cf.SegmentedState[Any, Any]:
                 await side_effects(yields)
                 kept = list(state.segments)[len(state.segments) - keep :] if keep else []
                 summary = f"{state.summary or ''}/next{len(state.segments) - len(kept)}"

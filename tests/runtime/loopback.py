@@ -244,7 +244,7 @@ def _message_start(
     usage = {"input_tokens": input_tokens, "output_tokens": 1}
     if cache_read or cache_write:
         usage |= {"cache_read_input_tokens": cache_read, "cache_creation_input_tokens": cache_write}
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
         "role": "assistant",

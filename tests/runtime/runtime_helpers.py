@@ -54,7 +54,7 @@ async def memory_journal(**options: Any) -> AsyncIterator[Journal]:
 
 def user(text: str, behaviour: str | None = None) -> ContextAdded:
     """A human message, optionally with an explicit request policy."""
-    policy = None if behaviour is None else LlmRequestPolicy(behaviour=behaviour)  # type: ignore[arg-type]
+    policy = None if behaviour is None else LlmRequestPolicy(behaviour=behaviour)
     return ContextAdded(
         role="user", actor=Actor(type="user"), content=text, llm_request_policy=policy
     )

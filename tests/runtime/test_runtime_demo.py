@@ -19,7 +19,7 @@ from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import verify_requests
 from contextfold.context.state import SYSTEM_PROMPT_KEY
 from contextfold.journal import open_journal
-from contextfold.render.envelope import Layer
+from contextfold.render.envelope import Layer, compile_turn
 
 
 def run_demo(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -87,7 +87,7 @@ async def test_demo_turn_envelope_carries_the_real_system_prompt(
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     compiled: list[Sequence[Layer]] = []
-    original = demo_module.compile_turn
+    original = compile_turn  # what the demo calls: it imports it from render.envelope
 
     def spy(layers: Sequence[Layer], *args: Any, **kwargs: Any) -> Any:
         compiled.append(tuple(layers))

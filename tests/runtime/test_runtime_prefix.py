@@ -15,7 +15,7 @@ from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import rebuild_request, verify_requests
 from contextfold.journal import Journal, open_journal
 from contextfold.render.neutral import NeutralMessage, NeutralRequest, ToolCall
-from contextfold.render.prefix import SessionPrefix
+from contextfold.render.prefix import Next, SessionPrefix
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelOutput
 
@@ -168,7 +168,7 @@ async def test_an_empty_composition_adds_nothing() -> None:
     calls = []
 
     @empty.contributor
-    async def passthrough(next_: Any) -> tuple[NeutralMessage, ...]:
+    async def passthrough(next_: Next) -> tuple[NeutralMessage, ...]:
         calls.append(1)
         return await next_()
 
@@ -196,9 +196,14 @@ async def test_a_cancelled_composition_is_discarded_and_recomposed(journal: Jour
         return (NeutralMessage(role="user", content=f"catalog #{len(calls)}"), *await next_())
 
     seen: list[NeutralRequest] = []
+
+    def model(request: NeutralRequest) -> str:
+        seen.append(request)
+        return "ok"
+
     await journal.append(STREAM, system_prompt("Agent."))
     await journal.append(STREAM, user("hi"))
-    agent = Agent(journal, STREAM, FunctionModel(lambda r: seen.append(r) or "ok"), prefix=prefix)
+    agent = Agent(journal, STREAM, FunctionModel(model), prefix=prefix)
     run = asyncio.create_task(agent.run_until_idle())
     await asyncio.wait_for(entered.wait(), 5)
     run.cancel()
@@ -236,9 +241,14 @@ async def test_a_degraded_fallback_of_a_cancelled_composition_is_not_cached(
         return (NeutralMessage(role="user", content="full catalog"), *await next_())
 
     seen: list[NeutralRequest] = []
+
+    def model(request: NeutralRequest) -> str:
+        seen.append(request)
+        return "ok"
+
     await journal.append(STREAM, system_prompt("Agent."))
     await journal.append(STREAM, user("hi"))
-    agent = Agent(journal, STREAM, FunctionModel(lambda r: seen.append(r) or "ok"), prefix=prefix)
+    agent = Agent(journal, STREAM, FunctionModel(model), prefix=prefix)
     run = asyncio.create_task(agent.run_until_idle())
     await asyncio.wait_for(entered.wait(), 5)
     run.cancel()

@@ -4,6 +4,7 @@ for the system prompt (queued, never busy)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,6 +34,7 @@ from contextfold.render.neutral import NeutralRequest
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, behaviour_of, kind_of
+from contextfold.store.base import ReadResult
 
 
 class Script:
@@ -55,10 +57,10 @@ async def born(journal: Journal) -> None:
 
 def _item(role: str, actor: str | None = None, **fields: object) -> ContextAdded:
     return ContextAdded(
-        role=role,  # type: ignore[arg-type]
+        role=role,
         content="x",
         actor=None if actor is None else Actor(type=actor),
-        **fields,  # type: ignore[arg-type]
+        **fields,
     )
 
 
@@ -344,9 +346,9 @@ async def test_a_warm_turn_reads_only_new_events(journal: Journal) -> None:
     store = journal.store
     original = store.read
 
-    async def spy(namespace: str, stream: str, **kw: object) -> object:
-        reads.append((kw.get("after"), kw.get("limit")))  # type: ignore[arg-type]
-        return await original(namespace, stream, **kw)  # type: ignore[arg-type]
+    async def spy(namespace: str, stream: str, **kw: Any) -> ReadResult:
+        reads.append((kw.get("after"), kw.get("limit")))
+        return await original(namespace, stream, **kw)
 
     store.read = spy  # type: ignore[method-assign]
     try:
@@ -443,7 +445,7 @@ async def test_the_interrupt_watcher_tails_from_the_request_at_a_modest_poll(
         return subscribe(stream, after=after, poll_interval=poll_interval)
 
     journal.subscribe = spy  # type: ignore[method-assign]
-    answers = iter([ModelError("provider down"), "ok"])
+    answers: Iterator[ModelError | str] = iter([ModelError("provider down"), "ok"])
 
     def model(request: NeutralRequest) -> str:
         answer = next(answers)

@@ -257,12 +257,12 @@ async def test_the_view_alone_keeps_the_budget_without_breaking_tool_calls() -> 
         await journal.append("s", AssistantMessage(text=f"answer {turn}"), run_id=run)
     state = await journal.fold(Conversation, "s")
     full = ChatView(state, budget=float("inf"))
-    turn = ChatView(state, budget=1)  # the current turn alone, as the view keeps it
-    assert turn.state.segments[0].id == "prompt:run-2"
-    assert turn.over_budget and list(turn.dropped) == [s.id for s in state.segments][:-4]
+    current = ChatView(state, budget=1)  # the current turn alone, as the view keeps it
+    assert current.state.segments[0].id == "prompt:run-2"
+    assert current.over_budget and list(current.dropped) == [s.id for s in state.segments][:-4]
     elided_only = ChatView(state, budget=full.tokens - 1)
     assert list(elided_only.dropped) == [] and "[elided]" in str(to_messages(elided_only.state))
-    for budget in (full.tokens - 1, full.tokens * 0.75, full.tokens / 2, turn.tokens):
+    for budget in (full.tokens - 1, full.tokens * 0.75, full.tokens / 2, current.tokens):
         chat = ChatView(state, budget=budget)
         assert chat.tokens <= budget and not chat.over_budget
         check_request(to_messages(chat.state))

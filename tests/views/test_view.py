@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from pyrsistent import PVector
 
 import contextfold as cf
 from contextfold.views.view import Work
@@ -21,6 +22,7 @@ class Opened(cf.Event, type="view/opened"):
 
 # Segments carry their own token count ("size"), so every expectation is exact.
 Sized = cf.SegmentedFold("sized", data=dict[str, Any], summary=str, tag="kind")
+State = cf.SegmentedState[dict[str, Any], str]
 
 
 @Sized.open(Opened)
@@ -36,12 +38,14 @@ def summary_size(summary: str) -> int:
     return len(summary)
 
 
-def state_of(*specs: tuple[str, str, int], summary: str | None = None) -> cf.SegmentedState:
-    segments = [cf.Segment(sid, cf.FrozenDict(kind=kind, size=size)) for sid, kind, size in specs]
+def state_of(*specs: tuple[str, str, int], summary: str | None = None) -> State:
+    segments: list[cf.Segment[dict[str, Any]]] = [
+        cf.Segment(sid, cf.FrozenDict(kind=kind, size=size)) for sid, kind, size in specs
+    ]
     return cf.SegmentedState(segments, summary)
 
 
-def ids(state: cf.SegmentedState) -> list[str]:
+def ids(state: cf.SegmentedState[Any, Any]) -> list[str]:
     return [s.id for s in state.segments]
 
 
@@ -58,7 +62,9 @@ BAD_BUDGETS = [0, 0.0, -1, -0.5, math.nan, -math.inf, True, False, "10", None, [
 @pytest.mark.parametrize("budget", BAD_BUDGETS)
 def test_budget_must_be_a_positive_number_or_infinity(budget: object) -> None:
     view = cf.ContextView(Sized, count=by_size)
-    plain = cf.ContextView(cf.Fold("plain", initial=tuple), measure=len)
+    plain: cf.ContextView[tuple[Any, ...]] = cf.ContextView(
+        cf.Fold("plain", initial=tuple), measure=len
+    )
     with pytest.raises(ValueError):
         view(state_of(("a", "user", 1)), budget=budget)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
@@ -120,7 +126,7 @@ def test_strategies_run_in_order_at_most_once_and_only_while_over_budget() -> No
     calls: list[str] = []
 
     def noop(name: str) -> Any:
-        def strategy(state: cf.SegmentedState, ctx: cf.StrategyContext) -> cf.SegmentedState:
+        def strategy(state: State, ctx: cf.StrategyContext) -> State:
             calls.append(name)
             return state
 
@@ -155,7 +161,10 @@ def test_count_is_cached_per_segment_across_calls_and_budgets() -> None:
     assert len(counted) == 30
 
     # A new segment (the fold appends to a persistent vector) is the only one counted.
-    grown = cf.SegmentedState(state.segments.append(cf.Segment("new", {"kind": "step", "size": 1})))  # type: ignore[attr-defined]
+    segments = cast("PVector[cf.Segment[dict[str, Any]]]", state.segments)
+    grown: State = cf.SegmentedState(
+        segments.append(cf.Segment("new", {"kind": "step", "size": 1}))
+    )
     counted.clear()
     view(grown, budget=math.inf)
     view(grown, budget=30)
@@ -368,7 +377,8 @@ def test_keep_from_must_return_an_index_of_the_segments() -> None:
         view = cf.ContextView(
             Sized,
             count=by_size,
-            strategies=[cf.drop_oldest(keep_from=lambda segments, bad=bad: bad)],
+            # 1.0 and "1" are not ints on purpose: the view must refuse them at run time
+            strategies=[cf.drop_oldest(keep_from=lambda segments, bad=bad: bad)],  # type: ignore[misc]
         )
         with pytest.raises(ValueError, match="keep_from"):
             view(state, budget=1)
@@ -399,7 +409,7 @@ def test_elide_then_drop_oldest() -> None:
 def test_a_custom_plain_function_strategy() -> None:
     seen: list[cf.StrategyContext] = []
 
-    def keep_newest_two(state: cf.SegmentedState, ctx: cf.StrategyContext) -> cf.SegmentedState:
+    def keep_newest_two(state: State, ctx: cf.StrategyContext) -> State:
         seen.append(ctx)
         if len(state.segments) <= 2:
             return state

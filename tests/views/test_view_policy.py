@@ -205,15 +205,21 @@ async def test_invalid_policy_options(journal: cf.Journal) -> None:
     kwargs: dict[str, Any] = {"budget": 30, "keep_tokens": 15, "summarize": Summarizer()}
     with pytest.raises(TypeError):
         await journal.compact(Sized, "s", view=other_view, **kwargs)
+    # Wrong types on purpose (a str for a callable, "30" for a number): refused at run time.
     with pytest.raises(TypeError):
-        await journal.compact(Sized, "s", view=VIEW, budget=30, summarize="not callable")
+        await journal.compact(Sized, "s", view=VIEW, budget=30, summarize="not callable")  # type: ignore[arg-type]
     for bad in (0, -1, math.nan, "30"):
         with pytest.raises(ValueError):
-            await journal.compact(Sized, "s", view=VIEW, budget=bad, summarize=Summarizer())
+            await journal.compact(Sized, "s", view=VIEW, budget=bad, summarize=Summarizer())  # type: ignore[arg-type]
         if bad != 0:
             with pytest.raises(ValueError):
                 await journal.compact(
-                    Sized, "s", view=VIEW, budget=30, keep_tokens=bad, summarize=Summarizer()
+                    Sized,
+                    "s",
+                    view=VIEW,
+                    budget=30,
+                    keep_tokens=bad,  # type: ignore[arg-type]
+                    summarize=Summarizer(),
                 )
     with pytest.raises(cf.FoldCompactionError) as caught:
         await journal.compact(NoSummary, "s", view=other_view, **kwargs)

@@ -5,7 +5,7 @@ go, and views (elide included) never change the fold's state."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,6 +29,9 @@ def shorten(data: Any) -> Any:
     return data.model_copy(update={"results": results})
 
 
+# Segment data of any kind of the example's fold (a union of models), summaries are text.
+State = cf.SegmentedState[Any, str]
+
 # -- random states -----------------------------------------------------------------------------
 
 texts = st.text(alphabet="abcdefgh ", max_size=60)
@@ -46,7 +49,7 @@ event_specs = st.one_of(
 
 
 @st.composite
-def states(draw: st.DrawFn) -> cf.SegmentedState:
+def states(draw: st.DrawFn) -> State:
     specs = draw(st.lists(event_specs, max_size=40))
     envelopes: list[cf.Envelope[Any]] = []
     steps = 0
@@ -56,10 +59,13 @@ def states(draw: st.DrawFn) -> cf.SegmentedState:
             payload = UserPrompt(text=spec[1])
         elif spec[0] == "step":
             steps += 1
-            calls = tuple(ToolCall(id=f"c{i}", name="f", arguments="{}") for i in range(spec[1]))
+            calls = tuple(
+                ToolCall(id=f"c{i}", name="f", arguments="{}") for i in range(cast(int, spec[1]))
+            )
             payload = ModelStep(step_id=f"s{steps}", text="", tool_calls=calls)
         elif spec[0] == "result":
-            payload = ToolResult(step_id=f"s{spec[1]}", call_id=f"c{spec[2]}", output=spec[3])
+            _, step, call, output = cast(tuple[str, int, int, str], spec)
+            payload = ToolResult(step_id=f"s{step}", call_id=f"c{call}", output=output)
         else:
             payload = AssistantMessage(text=spec[1])
         envelopes.append(cf.Envelope.make(payload, position=position))
@@ -89,7 +95,7 @@ def views(draw: st.DrawFn) -> cf.ContextView[Any]:
     return cf.ContextView(Conversation, strategies=strategies)
 
 
-def snapshot(state: cf.SegmentedState) -> Any:
+def snapshot(state: State) -> Any:
     return (state.summary, [(s.id, s.data.model_dump()) for s in state.segments])
 
 
@@ -99,7 +105,7 @@ PROPERTY = settings(max_examples=40, deadline=None)
 @PROPERTY
 @given(states(), views(), st.lists(budgets, min_size=1, max_size=4))
 def test_views_never_split_a_step_from_its_results(
-    state: cf.SegmentedState, view: cf.ContextView[Any], budget_list: list[float]
+    state: State, view: cf.ContextView[Any], budget_list: list[float]
 ) -> None:
     by_id = {s.id: s for s in state.segments}
     assert len(by_id) == len(state.segments)  # ids are unique
@@ -127,7 +133,7 @@ def test_views_never_split_a_step_from_its_results(
 @PROPERTY
 @given(states(), views(), st.lists(budgets, min_size=1, max_size=4))
 def test_views_never_change_the_folds_state(
-    state: cf.SegmentedState, view: cf.ContextView[Any], budget_list: list[float]
+    state: State, view: cf.ContextView[Any], budget_list: list[float]
 ) -> None:
     before = snapshot(state)
     data_objects = [s.data for s in state.segments]
@@ -142,7 +148,7 @@ def test_views_never_change_the_folds_state(
 
 @PROPERTY
 @given(states(), budgets, st.integers(0, 5))
-def test_elide_is_stable_across_calls(state: cf.SegmentedState, budget: float, keep: int) -> None:
+def test_elide_is_stable_across_calls(state: State, budget: float, keep: int) -> None:
     calls: list[str] = []
 
     def counting_shorten(data: Any) -> Any:
