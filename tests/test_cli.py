@@ -50,7 +50,7 @@ def test_streams_events_rebuild_and_verify(session: str) -> None:
 
     async def body() -> bytes:
         async with cf.open_journal(session) as journal:
-            body: bytes = (await journal.rebuild_request("chat", offset)).body
+            body = (await journal.rebuild_request("chat", offset)).body
             return body
 
     assert rebuilt.stdout.strip().encode() == asyncio.run(body())

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
@@ -33,6 +33,9 @@ from .store.base import (
     check_namespace,
     check_stream,
 )
+
+if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
+    from .render.neutral import RenderedRequest
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -462,7 +465,7 @@ class Journal:
 
     # -- requests -----------------------------------------------------------------------------
 
-    async def rebuild_request(self, stream: str, offset: int) -> Any:
+    async def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
         """The exact body of request @``offset`` (a RenderedRequest), rebuilt from the journal:
         the same bytes as when it was sent, whatever was appended after it."""
         from .context.rebuild import rebuild_request
@@ -599,7 +602,7 @@ class SyncJournal:
     def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:
         return self._call(self.journal.compact(fold, stream, next, **kwargs))
 
-    def rebuild_request(self, stream: str, offset: int) -> Any:
+    def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
         return self._call(self.journal.rebuild_request(stream, offset))
 
     def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
