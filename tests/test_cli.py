@@ -77,3 +77,28 @@ def test_main_prints_contextfold_errors_as_one_line(session: str) -> None:
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and "not a model request" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_demo_with_an_unreachable_provider_says_so_and_keeps_the_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key set, the provider down: exit 1 with the provider's error and what to do, and
+    the request that failed is in the journal (recorded, unanswered, retryable)."""
+    import socket
+
+    with socket.socket() as sock:  # a loopback port nobody listens on: connection refused
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{port}/v1")
+    monkeypatch.setenv("COLUMNS", "200")
+    db = tmp_path / "demo.db"
+    result = runner.invoke(app, ["demo", "--db", str(db)])
+    assert result.exit_code == 1, result.output
+    assert "openai-chat request to model" in result.output
+    assert "Unset OPENAI_API_KEY and ANTHROPIC_API_KEY" in result.output
+    with cf.open_journal_sync(f"sqlite:///{db}") as journal:
+        types = [e.type for e in journal.read("demo/coding-session").events]
+    assert cf.LlmRequestRequested.event_type in types
+    assert cf.LlmResponse.event_type not in types

@@ -35,8 +35,19 @@ def demo(
 ) -> None:
     """Run the demo agent session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
+    from .runtime.models import ModelError
 
-    if not asyncio.run(run_demo(db, fresh=fresh, console=console)):
+    try:
+        ok = asyncio.run(run_demo(db, fresh=fresh, console=console))
+    except ModelError as exc:
+        console.print(f"error: {exc}", style="red", markup=False)
+        console.print(
+            "the provider failed; the unanswered request stays recorded in the journal. "
+            "Unset OPENAI_API_KEY and ANTHROPIC_API_KEY to run with the local model.",
+            markup=False,
+        )
+        raise typer.Exit(1) from None
+    if not ok:
         raise typer.Exit(1)
 
 

@@ -196,96 +196,102 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
         printer = _Printer(out, journal, stream)
         transcript = open_transcript_store(f"sqlite:///{db}")
         await transcript.open()
-        session = f"{stream}/{journal.ids()[:8]}"  # one transcript session per demo run
-        rows = TranscriptObserver(
-            TranscriptWriter(transcript, TranscriptBus()),
-            session,
-            clock=lambda: journal.clock().isoformat(),
-        )
-        agent = Agent(
-            journal,
-            stream,
-            model,
-            tools=workspace_tools(root),
-            prefix=prefix,
-            max_tokens=512,
-            observer=Observers(printer, rows),
-            compaction_threshold=0.4,
-        )
+        try:
+            session = f"{stream}/{journal.ids()[:8]}"  # one transcript session per demo run
+            rows = TranscriptObserver(
+                TranscriptWriter(transcript, TranscriptBus()),
+                session,
+                clock=lambda: journal.clock().isoformat(),
+            )
+            agent = Agent(
+                journal,
+                stream,
+                model,
+                tools=workspace_tools(root),
+                prefix=prefix,
+                max_tokens=512,
+                observer=Observers(printer, rows),
+                compaction_threshold=0.4,
+            )
 
-        # Distributed birth: the first question arrives before the system prompt.
-        await journal.append(
-            stream,
-            ContextAdded(role="user", actor=Actor(type="user"), content=QUESTIONS[0]),
-            actor="user",
-        )
-        report = await agent.run_until_idle()
-        out.print(f"before the system prompt: status [bold]{report.status}[/] ({report.reason})")
-        await journal.append(stream, system_prompt(SYSTEM_PROMPT), actor="agent")
-        for index, question in enumerate(QUESTIONS):
-            if index:
-                await journal.append(
-                    stream,
-                    ContextAdded(role="user", actor=Actor(type="user"), content=question),
-                    actor="user",
-                )
-            out.print(f"[bold]user[/] {question}")
-            report = await agent.run_until_idle()
-
-        state = await journal.fold(AgentContext, stream)
-        drifts = await verify_requests(journal, stream)
-        requests = len(state.request_offsets)
-        table = Table(title="tokens per lane (approximate: JSON length / 4)")
-        table.add_column("lane")
-        table.add_column("items", justify="right")
-        table.add_column("tokens", justify="right")
-        prefix_messages = state.header.session_prefix if state.header else ()
-        for lane, items in (
-            ("system", state.system),
-            ("session prefix", prefix_messages),
-            ("history", state.history),
-        ):
-            table.add_row(lane, str(len(items)), str(sum(approx_tokens(i.content) for i in items)))
-        out.print(table)
-        last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
-        compiled = compile_turn(
-            [
-                Layer("system", SYSTEM_PROMPT),
-                Layer("history", "\n".join(i.content for i in state.history)),
-            ],
-            TurnEvent(
-                kind="message",
-                author="user",
+            # Distributed birth: the first question arrives before the system prompt.
+            await journal.append(
+                stream,
+                ContextAdded(role="user", actor=Actor(type="user"), content=QUESTIONS[0]),
                 actor="user",
-                event_id=f"@{last_user.offset if last_user else 0}",
-                content=last_user.content if last_user else "",
-            ),
-        )
-        out.print(f"turn envelope manifest hash: [bold]{compiled.manifest.hash}[/]")
-        out.print(
-            "compactions: "
-            + (
-                f"history compacted through @{state.compacted_through}"
-                if state.compacted_through
-                else "none"
             )
-        )
-        if drifts:
+            report = await agent.run_until_idle()
             out.print(
-                f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild byte for byte:[/] "
-                f"{drifts}"
+                f"before the system prompt: status [bold]{report.status}[/] ({report.reason})"
             )
-        else:
+            await journal.append(stream, system_prompt(SYSTEM_PROMPT), actor="agent")
+            for index, question in enumerate(QUESTIONS):
+                if index:
+                    await journal.append(
+                        stream,
+                        ContextAdded(role="user", actor=Actor(type="user"), content=question),
+                        actor="user",
+                    )
+                out.print(f"[bold]user[/] {question}")
+                report = await agent.run_until_idle()
+
+            state = await journal.fold(AgentContext, stream)
+            drifts = await verify_requests(journal, stream)
+            requests = len(state.request_offsets)
+            table = Table(title="tokens per lane (approximate: JSON length / 4)")
+            table.add_column("lane")
+            table.add_column("items", justify="right")
+            table.add_column("tokens", justify="right")
+            prefix_messages = state.header.session_prefix if state.header else ()
+            for lane, items in (
+                ("system", state.system),
+                ("session prefix", prefix_messages),
+                ("history", state.history),
+            ):
+                table.add_row(
+                    lane, str(len(items)), str(sum(approx_tokens(i.content) for i in items))
+                )
+            out.print(table)
+            last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
+            compiled = compile_turn(
+                [
+                    Layer("system", SYSTEM_PROMPT),
+                    Layer("history", "\n".join(i.content for i in state.history)),
+                ],
+                TurnEvent(
+                    kind="message",
+                    author="user",
+                    actor="user",
+                    event_id=f"@{last_user.offset if last_user else 0}",
+                    content=last_user.content if last_user else "",
+                ),
+            )
+            out.print(f"turn envelope manifest hash: [bold]{compiled.manifest.hash}[/]")
             out.print(
-                f"[bold green]all {requests} recorded requests rebuild byte for byte "
-                "from the journal[/]"
+                "compactions: "
+                + (
+                    f"history compacted through @{state.compacted_through}"
+                    if state.compacted_through
+                    else "none"
+                )
             )
-        history = await read_history(transcript, session)
-        view = filter_compacted(history)
-        out.print(
-            f"transcript: {len(history)} messages stored for the UI, "
-            f"{len(view)} after filter_compacted"
-        )
-        await transcript.close()
-        out.print(f"journal file: [cyan]{db.resolve()}[/]")
-        return not drifts
+            if drifts:
+                out.print(
+                    f"[bold red]{len(drifts)} of {requests} requests did NOT rebuild "
+                    f"byte for byte:[/] {drifts}"
+                )
+            else:
+                out.print(
+                    f"[bold green]all {requests} recorded requests rebuild byte for byte "
+                    "from the journal[/]"
+                )
+            history = await read_history(transcript, session)
+            view = filter_compacted(history)
+            out.print(
+                f"transcript: {len(history)} messages stored for the UI, "
+                f"{len(view)} after filter_compacted"
+            )
+            out.print(f"journal file: [cyan]{db.resolve()}[/]")
+            return not drifts
+        finally:
+            await transcript.close()  # on a provider error too
