@@ -100,10 +100,10 @@ def workspace_tools(root: Path) -> list[Any]:
 def pick_model() -> tuple[ModelClient, str]:
     """The provider from the environment, or the local deterministic model."""
     if os.environ.get("OPENAI_API_KEY"):
-        name = os.environ.get("CONTEXTFOLD_OPENAI_MODEL", "gpt-4o-mini")
+        name = os.environ.get("CONTEXTFOLD_OPENAI_MODEL", "gpt-5.4-mini")
         return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL")), f"OpenAI ({name})"
     if os.environ.get("ANTHROPIC_API_KEY"):
-        name = os.environ.get("CONTEXTFOLD_ANTHROPIC_MODEL", "claude-3-5-haiku-latest")
+        name = os.environ.get("CONTEXTFOLD_ANTHROPIC_MODEL", "claude-haiku-4-5")
         return AnthropicModel(name), f"Anthropic ({name})"
     return (
         LocalModel(),
