@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 from runtime_helpers import STREAM, requests_of, user
 
+from contextfold.context.events import LlmRequestInterrupted, LlmResponse
+from contextfold.errors import StoreError
+from contextfold.events import Event
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest, RenderedRequest, Transport
 from contextfold.runtime.loop import Agent, system_prompt
@@ -144,3 +147,71 @@ async def test_cancelling_the_agent_mid_request_closes_the_request_rows(
     assert await store.unfinished(SESSION) == ((), ())
     message = await store.get_message(SESSION, f"request-{offset}")
     assert message is not None and message.finish == "interrupted"
+
+
+def hold_appends_of(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch, cls: type[Event], failure: Exception | None
+) -> asyncio.Event:
+    """Make the journal's appends holding a ``cls`` event stall (until cancelled), or raise
+    ``failure``; the returned event is set when one is attempted."""
+    attempted = asyncio.Event()
+    original = journal.append
+
+    async def append(stream: str, events: Any, **options: Any) -> Any:
+        if any(isinstance(e, cls) for e in (events if isinstance(events, list) else [events])):
+            attempted.set()
+            if failure is not None:
+                raise failure
+            await asyncio.sleep(60)
+        return await original(stream, events, **options)
+
+    monkeypatch.setattr(journal, "append", append)
+    return attempted
+
+
+def stalls_for(cls: type[Event]) -> int:
+    """An interruption is recorded when the model stalls once; otherwise it answers."""
+    return 1 if cls is LlmRequestInterrupted else 0
+
+
+async def assert_closed(store: TranscriptStore, writer: TranscriptWriter, offset: int) -> str:
+    assert writer._blocks == {} and writer._open == {}
+    assert await store.unfinished(SESSION) == ((), ())
+    message = await store.get_message(SESSION, f"request-{offset}")
+    assert message is not None and message.finish is not None
+    return message.finish
+
+
+@pytest.mark.parametrize("cls", [LlmResponse, LlmRequestInterrupted])
+async def test_cancelling_the_agent_while_it_records_the_outcome_closes_the_request_rows(
+    journal: Journal, store: TranscriptStore, monkeypatch: pytest.MonkeyPatch, cls: type[Event]
+) -> None:
+    """The model call is over, and the agent is cancelled while it appends the answer (or
+    the interruption): the rows the request opened are closed as interrupted all the same."""
+    rows, writer = observer(store)
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    recording = hold_appends_of(journal, monkeypatch, cls, None)
+    agent = Agent(journal, STREAM, Streaming(journal, stalls=stalls_for(cls)), observer=rows)
+    task = asyncio.create_task(agent.run_until_idle())
+    await asyncio.wait_for(recording.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [offset] = await requests_of(journal, STREAM)
+    assert await assert_closed(store, writer, offset) == "interrupted"
+
+
+@pytest.mark.parametrize("cls", [LlmResponse, LlmRequestInterrupted])
+async def test_a_journal_error_recording_the_outcome_closes_the_request_rows(
+    journal: Journal, store: TranscriptStore, monkeypatch: pytest.MonkeyPatch, cls: type[Event]
+) -> None:
+    rows, writer = observer(store)
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    hold_appends_of(journal, monkeypatch, cls, StoreError("disk full"))
+    agent = Agent(journal, STREAM, Streaming(journal, stalls=stalls_for(cls)), observer=rows)
+    with pytest.raises(StoreError):
+        await agent.run_until_idle()
+    [offset] = await requests_of(journal, STREAM)
+    assert await assert_closed(store, writer, offset) == "error"

@@ -338,16 +338,22 @@ class Agent:
         )
         report.requests.append(offset)
         await self._emit("request", offset=offset, rendered=rendered, neutral=neutral)
+        # Observers opened rows for the request (a transcript): until its outcome is recorded
+        # (the journal appends included), an error or a cancel anywhere must close them.
         try:
             output = await self._complete_interruptible(offset, neutral, rendered)
+            if output is None:
+                report.interrupted.append(offset)
+                return
+            # Its usage report is compacted, when over the threshold, by the loop's next step.
+            await self._record_output(offset, output)
         except Exception as exc:
             await self._emit("error", offset=offset, error=exc)
             raise
-        if output is None:
-            report.interrupted.append(offset)
-            return
-        # Its usage report is compacted, when over the threshold, by the loop's next step.
-        await self._record_output(offset, output)
+        except asyncio.CancelledError:
+            # The agent itself is cancelled (a shutdown): shielded so the cancel cannot cut it.
+            await asyncio.shield(self._emit("interrupted", offset=offset, by=None))
+            raise
 
     async def _complete_interruptible(
         self, offset: int, neutral: NeutralRequest, rendered: RenderedRequest
@@ -362,13 +368,7 @@ class Agent:
         watch = asyncio.create_task(self._watch_interrupts(offset))
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            await _cancel(call, watch)
-            # The agent itself is cancelled (a shutdown): observers close what they opened
-            # for this request (transcript rows), shielded so the cancel cannot cut it.
-            await asyncio.shield(self._emit("interrupted", offset=offset, by=None))
-            raise
-        except BaseException:
+        except BaseException:  # a cancel of the agent: its caller tells the observers
             await _cancel(call, watch)
             raise
         if call in done:
