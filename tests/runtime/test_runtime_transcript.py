@@ -215,3 +215,37 @@ async def test_a_journal_error_recording_the_outcome_closes_the_request_rows(
         await agent.run_until_idle()
     [offset] = await requests_of(journal, STREAM)
     assert await assert_closed(store, writer, offset) == "error"
+
+
+class SlowToClose:
+    """An observer whose closing of an interrupted request takes until ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.closing, self.release, self.closed = asyncio.Event(), asyncio.Event(), False
+
+    async def on_event(self, name: str, **data: Any) -> None:
+        if name == "interrupted":
+            self.closing.set()
+            await self.release.wait()
+            self.closed = True
+
+
+async def test_a_second_cancel_neither_cuts_nor_orphans_the_closing_of_the_rows(
+    journal: Journal,
+) -> None:
+    """Cancelled again while its observers close the request's rows, the agent still waits
+    for them: it neither ends with the rows open nor leaves the closing running on."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    model, slow = Stalling(), SlowToClose()
+    task = asyncio.create_task(Agent(journal, STREAM, model, observer=slow).run_until_idle())
+    await asyncio.wait_for(model.started.wait(), 10)
+    task.cancel()
+    await asyncio.wait_for(slow.closing.wait(), 10)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=0.2)
+    assert not done  # still closing
+    slow.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert slow.closed

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, cast
 
@@ -351,8 +351,8 @@ class Agent:
             await self._emit("error", offset=offset, error=exc)
             raise
         except asyncio.CancelledError:
-            # The agent itself is cancelled (a shutdown): shielded so the cancel cannot cut it.
-            await asyncio.shield(self._emit("interrupted", offset=offset, by=None))
+            # The agent itself is cancelled (a shutdown): the closing runs to its end.
+            await _finish(self._emit("interrupted", offset=offset, by=None))
             raise
 
     async def _complete_interruptible(
@@ -527,6 +527,22 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _finish(cleanup: Awaitable[None]) -> None:
+    """Await ``cleanup`` to its end even when the task is cancelled (again) meanwhile, then
+    let the cancel through. ``asyncio.shield`` alone returns at the next cancel and leaves
+    the cleanup running on, unawaited, after the task that started it has ended."""
+    task = asyncio.ensure_future(cleanup)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # a cancel here does not reach the cleanup
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError from (None if task.cancelled() else task.exception())
+    task.result()
 
 
 def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
