@@ -4,6 +4,7 @@ claim), and each under an id the rendered request can pair with its result."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -295,3 +296,55 @@ async def test_a_truncated_tool_call_is_dropped_with_a_note(journal: Journal) ->
         journal, STREAM, FunctionModel(model, transport="anthropic"), tools=[read_file]
     ).run_until_idle()
     assert again.status == "idle" and len(sent) == 3
+
+
+async def test_a_tool_whose_own_work_was_cancelled_fails_without_stopping_the_agent(
+    journal: Journal,
+) -> None:
+    """A tool awaiting something another party cancelled raises CancelledError although
+    nobody cancelled the agent: that is the tool's failure, for the model to read, not a
+    shutdown (``serve`` would otherwise end as if it had been cancelled)."""
+
+    async def fetch() -> str:
+        """Fetches a page."""
+        gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        gone.cancel()  # e.g. a shared download another caller gave up on
+        return await gone
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if not any(m.role == "tool" for m in request.messages):
+            return ModelOutput(tool_calls=(ToolCall(id="c1", name="fetch", arguments="{}"),))
+        return ModelOutput(text="the page could not be fetched")
+
+    agent = Agent(journal, STREAM, FunctionModel(model), tools=[fetch])
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("the page?"))
+    report = await agent.run_until_idle()
+    [(_, result)] = await events_of(journal, STREAM, ToolCallResult)
+    assert result.is_error and "CancelledError" in result.content
+    assert report.status == "idle" and len(report.requests) == 2
+
+
+async def test_cancelling_the_agent_while_a_tool_runs_still_cancels_it(journal: Journal) -> None:
+    """The other side of the rule above: the agent's own cancel goes through a tool."""
+    running = asyncio.Event()
+
+    async def wait() -> str:
+        """Waits."""
+        running.set()
+        await asyncio.sleep(60)
+        return "waited"
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        return ModelOutput(tool_calls=(ToolCall(id="c1", name="wait", arguments="{}"),))
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("wait?"))
+    task = asyncio.create_task(
+        Agent(journal, STREAM, FunctionModel(model), tools=[wait]).run_until_idle()
+    )
+    await asyncio.wait_for(running.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await events_of(journal, STREAM, ToolCallResult) == []

@@ -8,6 +8,7 @@ exceptions become an error result the model can read.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 from collections.abc import Callable, Iterable
@@ -82,6 +83,12 @@ class Tool:
                 result = await result
         except Exception as exc:  # the model reads the failure; the loop goes on
             return ToolOutcome(call.id, self.name, f"{type(exc).__name__}: {exc}", True)
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():
+                raise  # the agent itself is cancelled (a shutdown)
+            # Something the tool awaited was cancelled, not the agent: the tool failed.
+            why = str(exc) or f"something {self.name} awaited was cancelled"
+            return ToolOutcome(call.id, self.name, f"CancelledError: {why}", True)
         if isinstance(result, BaseModel):
             output = result.model_dump_json()
         elif isinstance(result, str):
@@ -89,6 +96,12 @@ class Tool:
         else:
             output = json.dumps(result, sort_keys=True, default=str)
         return ToolOutcome(call.id, self.name, output)
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task has a cancel request pending (its own, not a tool's)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Toolbox:
