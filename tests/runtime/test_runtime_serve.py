@@ -89,3 +89,36 @@ def test_agent_takes_no_actor() -> None:
             cf.FunctionModel(lambda r: "ok"),
             actor=cf.Actor(type="user"),  # type: ignore[call-arg]
         )
+
+
+async def test_a_model_call_cancelled_from_inside_is_a_provider_error() -> None:
+    """A model (an SDK, a user's function) that raises CancelledError although nobody
+    cancelled the agent failed like a provider: ``serve`` retries, it does not end as if
+    it had been cancelled."""
+    journal = cf.open_journal("memory://")
+    calls = 0
+
+    async def model(request: cf.NeutralRequest) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            gone: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            gone.cancel()  # e.g. a shared connection another caller closed
+            return await gone
+        return "answer"
+
+    agent = cf.Agent(journal, "s", cf.FunctionModel(model))
+    await journal.append("s", cf.system_prompt("Be brief."))
+    await journal.append("s", cf.ContextAdded(role="user", content="hi"))
+    task = asyncio.create_task(agent.serve(poll_interval=0.01))
+    try:
+        for _ in range(3000):
+            state = await journal.fold(cf.AgentContext, "s")
+            if any(i.role == "assistant" for i in state.history) or task.done():
+                break
+            await asyncio.sleep(0.01)
+        assert not task.done() and calls == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await journal.close()

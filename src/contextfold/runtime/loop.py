@@ -373,6 +373,13 @@ class Agent:
             raise
         if call in done:
             await _cancel(watch)
+            if call.cancelled():
+                # Only this loop cancels the call, and it has not: the model's own work was
+                # cancelled (a future it awaited). A provider failure, not a shutdown.
+                raise ModelError(
+                    f"{self.model.transport} request to model {self.model.model!r} failed: "
+                    "it was cancelled from inside the model call"
+                )
             return call.result()
         await _cancel(call)  # the provider call is over (its stream closed) before we go on
         interrupter = watch.result()
