@@ -4,7 +4,7 @@ for the system prompt (queued, never busy)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -28,7 +28,7 @@ from contextfold.context.events import (
     tool_result_item,
 )
 from contextfold.context.projection import AgentContext
-from contextfold.events import RawEvent
+from contextfold.events import RawEvent, StoredEvent
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest
 from contextfold.runtime.loop import Agent, system_prompt
@@ -411,6 +411,47 @@ async def test_an_interrupted_model_call_has_finished_before_the_loop_goes_on(
     report = await asyncio.wait_for(agent.run_until_idle(), 10)
     assert len(report.interrupted) == 1
     assert seen_at_interrupt == [True]
+
+
+async def test_the_interrupt_watchers_tail_is_closed_before_the_loop_goes_on(
+    journal: Journal,
+) -> None:
+    """The tail that saw the interrupt is closed (a PostgreSQL tail stops listening) by the
+    watcher itself, not later by the garbage collector in a task nobody awaits."""
+    closed: list[bool] = []
+    subscribe = journal.subscribe
+
+    async def tail(stream: str, **options: Any) -> AsyncIterator[StoredEvent]:
+        try:
+            async for event in subscribe(stream, **options):
+                yield event
+        finally:
+            await asyncio.sleep(0.05)  # closing a listening connection takes a few awaits
+            closed.append(True)
+
+    journal.subscribe = tail  # type: ignore[method-assign]
+
+    async def model(request: NeutralRequest) -> str:
+        if not interrupted.is_set():
+            interrupted.set()
+            await journal.append(STREAM, user("stop", "interrupt"))
+            await asyncio.sleep(60)
+        return "ok"
+
+    interrupted = asyncio.Event()
+    closed_at_interrupt: list[bool] = []
+
+    class Watch:
+        async def on_event(self, name: str, **data: object) -> None:
+            if name == "interrupted":
+                closed_at_interrupt.append(bool(closed))
+
+    await born(journal)
+    await journal.append(STREAM, user("work"))
+    agent = Agent(journal, STREAM, FunctionModel(model), observer=Watch())
+    report = await asyncio.wait_for(agent.run_until_idle(), 10)
+    assert len(report.interrupted) == 1
+    assert closed_at_interrupt == [True]
 
 
 async def test_status_is_not_left_busy_after_a_model_error(journal: Journal) -> None:

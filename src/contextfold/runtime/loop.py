@@ -43,7 +43,7 @@ from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..context.trust import trusted_extensions
 from ..errors import CorruptEventError, RenderError
-from ..events import Envelope
+from ..events import Envelope, StoredEvent
 from ..journal import Journal
 from ..render.neutral import (
     NeutralRequest,
@@ -401,22 +401,24 @@ class Agent:
             cursor = latest[0].cursor
         else:
             cursor = await self.journal.head(self.stream)
-        async for stored in self.journal.subscribe(
-            self.stream, after=cursor, poll_interval=_INTERRUPT_POLL
-        ):
-            if stored.type != ContextAdded.event_type or stored.position <= offset:
-                continue
-            try:
-                item = stored.decode(ContextAdded)
-            except (ValidationError, CorruptEventError) as exc:
-                # The folds skip it too (and report it): one bad row must not stop the agent.
-                log.warning(
-                    "interrupt watcher skipped %s@%s: %s", self.stream, stored.position, exc
-                )
-                continue
-            assert isinstance(item, ContextAdded)
-            if behaviour_of(item) == "interrupt":
-                return stored.position
+        tail = self.journal.subscribe(self.stream, after=cursor, poll_interval=_INTERRUPT_POLL)
+        # Closed here on return (a PostgreSQL tail stops listening), not by the garbage
+        # collector later in a task nobody awaits.
+        async with contextlib.aclosing(cast(AsyncGenerator[StoredEvent, None], tail)) as events:
+            async for stored in events:
+                if stored.type != ContextAdded.event_type or stored.position <= offset:
+                    continue
+                try:
+                    item = stored.decode(ContextAdded)
+                except (ValidationError, CorruptEventError) as exc:
+                    # The folds skip it too (and report it): one bad row must not stop the agent.
+                    log.warning(
+                        "interrupt watcher skipped %s@%s: %s", self.stream, stored.position, exc
+                    )
+                    continue
+                assert isinstance(item, ContextAdded)
+                if behaviour_of(item) == "interrupt":
+                    return stored.position
         raise AssertionError("unreachable: subscribe never ends")
 
     async def _record_output(self, offset: int, output: ModelOutput) -> None:
