@@ -328,6 +328,36 @@ async def test_subscribe_survives_a_killed_listener_connection(pg_dsn: str) -> N
         await writer.close()
 
 
+async def test_a_tail_cancelled_as_its_listener_starts_closes_that_connection(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = open_journal(pg_dsn)
+    opened: list[psycopg.AsyncConnection[Any]] = []
+    connect = psycopg.AsyncConnection.connect
+
+    async def connect_then_cancel(*args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        conn = await connect(*args, **kwargs)
+        if asyncio.current_task() is task:  # the tail's listener, not a pool connection
+            opened.append(conn)
+            task.cancel()  # lands on the store's next await: the LISTEN on this connection
+        return conn
+
+    async def tail() -> None:
+        async for _ in journal.subscribe("s"):
+            pass
+
+    try:
+        await journal.append("s", [raw(1)])  # the pool is open before connect is patched
+        monkeypatch.setattr(psycopg.AsyncConnection, "connect", connect_then_cancel)
+        task = asyncio.create_task(tail())
+        done, _ = await asyncio.wait({task}, timeout=10)
+        assert task in done and task.cancelled()
+        assert len(opened) == 1
+        assert opened[0].closed, "the listening connection was left open"
+    finally:
+        await journal.close()
+
+
 async def test_closing_the_journal_ends_a_waiting_tail(pg_dsn: str) -> None:
     reader = open_journal(pg_dsn, poll_fallback=60.0)
     tail = reader.subscribe("live")

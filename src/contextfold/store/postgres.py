@@ -475,8 +475,11 @@ class PostgresStore(Store):
                 return False
             try:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            except (psycopg.Error, OSError):
+            except BaseException as exc:
+                # Closed on a cancel too: nothing else holds this connection yet.
                 await conn.close()
+                if not isinstance(exc, (psycopg.Error, OSError)):
+                    raise
                 self._next_listen = loop.time() + self._poll_fallback
                 return False
             self._listener = conn
