@@ -14,6 +14,7 @@ the suite needs pytest and nothing else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -450,5 +451,34 @@ class StoreContract:
                 done, _ = await asyncio.wait({task}, timeout=10)
                 assert task in done, f"a tail cancelled {ticks} tick(s) after a wake-up ran on"
                 assert task.cancelled()
+
+        self.run(t)
+
+    def test_a_cancel_landing_as_a_tail_closes_is_not_lost(self) -> None:
+        """A consumer cancelled just as it closes its tail stays cancelled: a backend's
+        clean-up (stopping a listener, say) must not swallow the consumer's cancel."""
+
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {}))
+            ran_on = False
+
+            async def consume() -> None:
+                nonlocal ran_on
+                tail = j.subscribe("s", after=None)
+                async with contextlib.aclosing(tail):  # type: ignore[type-var]
+                    async for _ in tail:
+                        # Requested while running: it lands on the tail's clean-up awaits.
+                        task = asyncio.current_task()
+                        assert task is not None
+                        task.cancel()
+                        break
+                await asyncio.sleep(0)
+                ran_on = True
+
+            task = asyncio.create_task(consume())
+            done, _ = await asyncio.wait({task}, timeout=10)
+            assert task in done, "the consumer did not end"
+            assert not ran_on, "the cancel was lost while the tail closed"
+            assert task.cancelled()
 
         self.run(t)

@@ -500,12 +500,16 @@ class PostgresStore(Store):
     async def _stop_listening(self) -> None:
         pump, conn = self._pump, self._listener
         self._pump = self._listener = None
-        if pump is not None:
-            pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pump
-        if conn is not None:
-            await conn.close()
+        try:
+            if pump is not None:
+                pump.cancel()
+                # Not ``await pump`` under a suppress: that would also swallow a cancel of
+                # this task (a consumer cancelled as it closes its tail). asyncio.wait ignores
+                # the pump's own CancelledError and lets this task's propagate.
+                await asyncio.wait({pump})
+        finally:
+            if conn is not None:
+                await conn.close()
 
     def _wake(self, key: str) -> None:
         for waiter in self._wakers.get(key, ()):
