@@ -14,12 +14,12 @@ from contextfold.context.events import LlmRequestInterrupted, LlmResponse
 from contextfold.errors import StoreError
 from contextfold.events import Event
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, RenderedRequest, Transport
+from contextfold.render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import ModelError, ModelOutput, OnDelta
+from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, OnDelta
 from contextfold.runtime.transcript import TranscriptObserver
 from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
-from contextfold.transcript.parts import TextPart
+from contextfold.transcript.parts import TextPart, ToolPart
 from contextfold.transcript.persist import TranscriptStore
 
 SESSION = "session-1"
@@ -249,3 +249,34 @@ async def test_a_second_cancel_neither_cuts_nor_orphans_the_closing_of_the_rows(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert slow.closed
+
+
+async def test_cancelling_the_agent_while_tools_run_closes_their_rows(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    """Cancelled while the first of two tool calls runs: the running tool and the pending
+    one fail "interrupted", and the message that asked for them finishes."""
+    rows, writer = observer(store)
+    running = asyncio.Event()
+
+    async def wait() -> str:
+        """Waits."""
+        running.set()
+        await asyncio.sleep(60)
+        return "waited"
+
+    calls = tuple(ToolCall(id=f"c{n}", name="wait", arguments="{}") for n in (1, 2))
+    model = FunctionModel(lambda request: ModelOutput(text="waiting", tool_calls=calls))
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("wait twice"))
+    agent = Agent(journal, STREAM, model, tools=[wait], observer=rows)
+    task = asyncio.create_task(agent.run_until_idle())
+    await asyncio.wait_for(running.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    [offset] = await requests_of(journal, STREAM)
+    assert await assert_closed(store, writer, offset) == "interrupted"
+    for call in calls:
+        part = await store.get_part(SESSION, f"tool-{offset}-{call.id}")
+        assert isinstance(part, ToolPart) and part.state == "error"

@@ -199,6 +199,11 @@ class Agent:
                     await self._retry(sched.last_request, sched.request_actor, report)
                 else:
                     await self._request(context, decision, report)
+        except asyncio.CancelledError:
+            # A shutdown, maybe while tools run: observers close what they still hold open
+            # (a request's own rows are closed where it is sent).
+            await _finish(self._emit("cancelled"))
+            raise
         finally:
             # Never left "busy": after an error the report's status is still "idle".
             self._set_status(report.status)

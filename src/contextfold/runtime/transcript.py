@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ..transcript.parts import INTERRUPTED
 from ..transcript.parts import Usage as PartUsage
 from ..transcript.stream import (
     CompactionRequested,
@@ -34,7 +35,7 @@ class TranscriptObserver:
 
     def __init__(self, writer: TranscriptWriter, session: str, *, clock: Callable[[], str]) -> None:
         self.writer, self.session, self.clock = writer, session, clock
-        self._open: dict[str, int] = {}  # tool call id -> request offset
+        self._open: dict[str, tuple[int, str]] = {}  # tool call id -> request offset, tool
         self._current: int | None = None  # the request whose text is streaming
 
     async def on_event(self, name: str, **data: Any) -> None:
@@ -73,7 +74,7 @@ class TranscriptObserver:
             TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text)
         )
         for call in output.tool_calls:
-            self._open[call.id] = offset
+            self._open[call.id] = (offset, call.name)
             await w.publish(
                 ToolStateChanged(
                     session=s,
@@ -108,7 +109,7 @@ class TranscriptObserver:
             )
 
     async def _tool_start(self, call: Any, **_: Any) -> None:
-        offset = self._open.get(call.id)
+        offset, _tool = self._open.get(call.id, (None, None))
         if offset is not None:
             await self.writer.publish(
                 ToolStateChanged(
@@ -123,7 +124,7 @@ class TranscriptObserver:
             )
 
     async def _tool_end(self, call: Any, outcome: Any, **_: Any) -> None:
-        offset = self._open.pop(call.id, None)
+        offset, _tool = self._open.pop(call.id, (None, None))
         if offset is None:
             return
         message = self._ids(offset)[0]
@@ -141,7 +142,7 @@ class TranscriptObserver:
                 error=outcome.output if outcome.is_error else None,
             )
         )
-        if not any(o == offset for o in self._open.values()):
+        if not any(o == offset for o, _ in self._open.values()):
             await self.writer.publish(
                 MessageFinished(
                     session=self.session, message_id=message, time=self.clock(), finish="tool-calls"
@@ -169,6 +170,36 @@ class TranscriptObserver:
         await w.publish(
             MessageFinished(session=s, message_id=message, time=now, finish=finish, error=error)
         )
+
+    async def _cancelled(self, **_: Any) -> None:
+        """The agent was cancelled (a shutdown), maybe between a response and its tool calls
+        or during one: the tool calls still open fail "interrupted", and so do their messages
+        (the results a restarted agent records later do not reopen them)."""
+        open_calls, self._open = self._open, {}
+        now, s, w = self.clock(), self.session, self.writer
+        for call_id, (offset, tool) in open_calls.items():
+            await w.publish(
+                ToolStateChanged(
+                    session=s,
+                    message_id=self._ids(offset)[0],
+                    part_id=self._tool_part(offset, call_id),
+                    call_id=call_id,
+                    tool=tool,
+                    state="error",
+                    time=now,
+                    error=INTERRUPTED,
+                )
+            )
+        for offset in dict.fromkeys(o for o, _ in open_calls.values()):
+            await w.publish(
+                MessageFinished(
+                    session=s,
+                    message_id=self._ids(offset)[0],
+                    time=now,
+                    finish=INTERRUPTED,
+                    error=INTERRUPTED,
+                )
+            )
 
     async def _compaction(self, offset: int, summary: str, **_: Any) -> None:
         # Seed 001's boundary: a user message carrying the compaction part, answered by an
