@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from typing import Any
 
 import pytest
 
@@ -130,4 +132,47 @@ async def test_a_model_call_cancelled_from_inside_is_a_provider_error() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        await journal.close()
+
+
+@pytest.mark.parametrize("at", [1, 3], ids=["a step's fold", "the send's fold"])
+async def test_a_cancel_a_library_swallowed_stops_the_agent_before_the_model_call(
+    at: int,
+) -> None:
+    """On Python 3.11 a driver's ``wait_for`` can swallow a cancel that lands as its query
+    completes (the task still counts it): the agent must not go on to call the model."""
+    journal = cf.open_journal("memory://")
+    fold = journal.fold
+    in_fold, swallow = asyncio.Event(), asyncio.Event()
+    folds = 0
+
+    async def swallowing_fold(*args: Any, **options: Any) -> Any:
+        nonlocal folds
+        folds += swallow.is_set()
+        if folds == at and not in_fold.is_set():
+            in_fold.set()
+            # What wait_for does when the query's result was ready: the cancel is dropped.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(60)
+        return await fold(*args, **options)
+
+    journal.fold = swallowing_fold  # type: ignore[method-assign]
+    called: list[cf.NeutralRequest] = []
+
+    def model(request: cf.NeutralRequest) -> str:
+        called.append(request)
+        return "answer"
+
+    agent = cf.Agent(journal, "s", cf.FunctionModel(model))
+    try:
+        await journal.append("s", cf.system_prompt("Be brief."))
+        await journal.append("s", cf.ContextAdded(role="user", content="hi"))
+        swallow.set()
+        task = asyncio.create_task(agent.run_until_idle())
+        await asyncio.wait_for(in_fold.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        assert called == []
+    finally:
         await journal.close()

@@ -169,6 +169,7 @@ class Agent:
             for _ in range(max_steps):
                 context = await self.journal.fold(AgentContext, self.stream)
                 sched = await self.journal.fold(Scheduler, self.stream)
+                raise_if_cancelled()  # a driver may have swallowed it (see serve)
                 if await self._catch_up_compaction(context, sched, report):
                     continue
                 decision = decide(sched, context, self.budgets)
@@ -369,6 +370,7 @@ class Agent:
         async def on_delta(kind: str, text: str) -> None:
             await self._emit("delta", offset=offset, kind=kind, text=text)
 
+        raise_if_cancelled()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
         watch = asyncio.create_task(self._watch_interrupts(offset))
         try:
