@@ -4,6 +4,7 @@ a cancellation, SDK streams are closed whatever ends them, and usage counts the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -126,6 +127,32 @@ async def test_a_cancelled_stream_is_closed_and_the_cancel_propagates(transport:
     with pytest.raises(asyncio.CancelledError):
         await call
     assert stream.closed
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_cancel_the_sdk_swallowed_as_the_stream_opened_still_cancels(
+    transport: str,
+) -> None:
+    """On Python 3.11 an SDK's ``wait_for`` can return the stream although the call was
+    cancelled as it opened (the task still counts the cancel): the stream is closed, not
+    read to its end (which may be minutes away)."""
+    stream = FakeStream(FIRST[transport])
+    posting = asyncio.Event()
+
+    async def post(path: str, **kwargs: Any) -> FakeStream:
+        posting.set()
+        # What wait_for does when the response was ready: the cancel is dropped.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(60)
+        return stream
+
+    model = model_for(transport, post)
+    call = asyncio.create_task(model.complete(REQUEST, render_request(REQUEST, model.transport)))
+    await asyncio.wait_for(posting.wait(), 5)
+    call.cancel()
+    done, _ = await asyncio.wait({call}, timeout=5)
+    assert done and call.cancelled()
+    assert stream.closed and not stream.started.is_set()
 
 
 # A whole (not streamed) answer "Hello" of each transport.

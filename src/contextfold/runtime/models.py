@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from ..errors import ModelError
 from ..render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
+from ..store.base import raise_if_cancelled
 
 __all__ = [
     "AnthropicModel",
@@ -192,6 +193,9 @@ class _SDKModel(abc.ABC):
             if not stream:
                 return self._parse(response)
             try:
+                # The SDK may have swallowed a cancel as the stream opened (Python 3.11's
+                # wait_for): reading it to its end could take minutes.
+                raise_if_cancelled()
                 return await self._read_stream(response, on_delta)
             finally:
                 await response.close()  # on cancel and error too: release the connection
