@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import inspect
+import signal
+import threading
+import time
 
 import pytest
 
@@ -81,3 +84,35 @@ def test_the_sync_journal_calls_through() -> None:
         )
         rebuilt = journal.rebuild_request("agent", request.last_position)
         assert rebuilt.transport == "openai-chat" and b"hi" in rebuilt.body
+
+
+class Interrupted(BaseException):
+    """What the test's signal handler raises: a KeyboardInterrupt stand-in pytest ignores."""
+
+
+def test_an_interrupted_sync_tail_raises_the_interrupt_and_ends_on_the_loop() -> None:
+    def interrupt(signum: int, frame: object) -> None:
+        raise Interrupted
+
+    def interrupt_once_the_tail_waits(store: MemoryStore) -> None:
+        deadline = time.monotonic() + 30
+        while not store._wakeups._waiters and time.monotonic() < deadline:
+            time.sleep(0.005)
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        with cf.open_journal_sync("memory://") as journal:
+            store = journal.journal.store
+            assert isinstance(store, MemoryStore)
+            journal.append("s", Note(text="a"))
+            tail = journal.subscribe("s", poll_interval=60)
+            assert next(tail).payload["text"] == "a"
+            helper = threading.Thread(target=interrupt_once_the_tail_waits, args=(store,))
+            helper.start()
+            with pytest.raises(Interrupted):  # not a RuntimeError from closing a running tail
+                next(tail)
+            helper.join()
+            assert not store._wakeups._waiters  # the tail ended on the loop, not polling on
+    finally:
+        signal.signal(signal.SIGUSR1, previous)

@@ -516,7 +516,26 @@ class _LoopThread:
         self._thread.start()
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        """Run ``coro`` on the loop and wait for it. When the waiting thread is interrupted
+        (Ctrl-C), the call is cancelled on the loop and has ended before the interrupt
+        propagates: nothing of it runs on unseen (a live tail would poll forever)."""
+        finished = threading.Event()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            task = self.loop.create_task(coro)
+            tasks.append(task)
+            task.add_done_callback(lambda _: finished.set())
+
+        self.loop.call_soon_threadsafe(start)
+        try:
+            finished.wait()
+        except BaseException:
+            # Queued after start, so the task exists when this runs.
+            self.loop.call_soon_threadsafe(lambda: tasks[0].cancel())
+            finished.wait()
+            raise
+        return tasks[0].result()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
