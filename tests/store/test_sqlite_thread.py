@@ -89,3 +89,30 @@ async def test_close_before_any_job_starts_no_thread() -> None:
     await db.close()
     with pytest.raises(StoreUnavailableError, match="is closed"):
         await db.open()
+
+
+async def test_a_cancelled_close_still_disconnects_and_stops_the_worker(tmp_path: Path) -> None:
+    db = thread_at(tmp_path / "t.db")
+    worker = await db.run(lambda conn: threading.current_thread())
+    conn = db.connection
+    assert conn is not None
+    started, release = threading.Event(), threading.Event()
+
+    def busy(conn: sqlite3.Connection) -> None:
+        started.set()
+        release.wait(30)
+
+    job = asyncio.ensure_future(db.run(busy))
+    assert await asyncio.to_thread(started.wait, 30)
+    closing = asyncio.ensure_future(db.close())
+    await asyncio.sleep(0)  # close has queued its disconnect behind the busy job
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    release.set()
+    await job
+    await asyncio.to_thread(worker.join, 10)
+    assert not worker.is_alive(), "the worker thread outlived a cancelled close"
+    assert db.connection is None
+    with pytest.raises(sqlite3.ProgrammingError):
+        conn.execute("SELECT 1")  # closed

@@ -93,9 +93,12 @@ class SQLiteThread:
             return
         self._closed = True
         if self._executor is not None:
-            # On the worker, after any job still running (one may be connecting).
-            await asyncio.get_running_loop().run_in_executor(self._executor, self._disconnect)
-            self._executor.shutdown(wait=True)
+            # On the worker, after any job still running (one may be connecting). Queued and
+            # shut down before the await, and the wait shielded: a close cancelled while a
+            # job runs still disconnects and stops the worker, instead of leaving both.
+            disconnected = self._executor.submit(self._disconnect)
+            self._executor.shutdown(wait=False)
+            await asyncio.shield(asyncio.wrap_future(disconnected))
 
     def _connect(self) -> sqlite3.Connection:
         try:
