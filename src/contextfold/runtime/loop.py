@@ -119,6 +119,10 @@ class Agent:
     callables or :class:`Tool` objects; ``prefix`` contributes the session prefix, composed
     once per Agent instance (a loop instance). Nothing else is kept in memory: the journal
     is the agent's state.
+
+    Run one live Agent per stream. A new instance resumes a stopped or crashed one (it
+    re-sends an unanswered request byte for byte and runs unanswered tool calls), so a
+    second live instance would take the first one's request in flight for a lost one.
     """
 
     def __init__(
