@@ -93,6 +93,44 @@ def test_serve_runs_a_journal_until_interrupted(tmp_path: Path) -> None:
     assert (tmp_path / "served.db").exists()
 
 
+def test_serve_ends_open_streams_cleanly_when_interrupted(tmp_path: Path) -> None:
+    """A live tail (an open inspector) does not hold up a Ctrl-C: the stream ends at once
+    and cleanly, instead of being cut after the grace period with a traceback logged."""
+    port = _free_port()
+    url = f"sqlite:///{tmp_path / 'served.db'}"
+    log = (tmp_path / "serve.log").open("wb")
+    child = subprocess.Popen(
+        [sys.executable, "-m", "contextfold", "serve", "--url", url, "--port", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for _ in range(600):
+                try:
+                    client.get("/")
+                    break
+                except httpx.TransportError:
+                    assert child.poll() is None, (tmp_path / "serve.log").read_text()
+                    time.sleep(0.05)
+            with client.stream("GET", "/v1/streams/s/tail") as response:
+                lines = response.iter_lines()
+                assert next(lines) == ": stream open"
+                child.send_signal(signal.SIGINT)
+                rest = list(lines)  # an incomplete (cut) stream raises RemoteProtocolError
+        assert all(line == "" or line.startswith(":") for line in rest), rest
+        code = child.wait(timeout=15)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        log.close()
+    output = (tmp_path / "serve.log").read_text()
+    assert code in (0, 130), output
+    assert "Traceback" not in output and "graceful shutdown exceeded" not in output, output
+
+
 def test_server_modules_declare_all() -> None:
     assert contextfold.server.__all__ == sorted(contextfold.server.__all__)
     for name in contextfold.server.__all__:

@@ -8,8 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
-from server_helpers import Running, Serve, running
+from server_helpers import Running, Serve, SseReader, running
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError
@@ -57,13 +56,13 @@ async def test_serve_accepts_its_loopback_address_and_limits_connections(
     seen: dict[str, Any] = {}
 
     class FakeServer:
-        def __init__(self, config: Any) -> None:
+        def __init__(self, config: Any, streams: Any) -> None:
             seen["config"] = config
 
         async def serve(self) -> None:
             seen["hosts"] = runner._allowed_hosts(host, None)
 
-    monkeypatch.setattr(uvicorn, "Server", FakeServer)
+    monkeypatch.setattr(runner, "_Server", FakeServer)
     await serve_async("memory://", host, 0, max_live_streams=7, extra_connections=3)
     assert seen["config"].limit_concurrency == 10
     assert {"localhost", "127.0.0.1", "[::1]"} <= set(seen["hosts"])
@@ -154,3 +153,20 @@ async def test_namespaces_outside_the_allow_list_are_forbidden(
 
 async def test_running_is_unchanged_for_the_default_server(server: Running) -> None:
     assert (await server.client.post("/v1/streams/s/events", json=NOTE)).status_code == 201
+
+
+async def test_closing_the_live_streams_ends_them_cleanly(journal: cf.Journal) -> None:
+    app = create_app(journal, bus=TranscriptBus())
+    async with (
+        running(app) as server,
+        server.client.stream("GET", "/v1/streams/s/tail") as tail,
+        server.client.stream("GET", "/v1/sessions/chat/live") as live,
+    ):
+        readers = [SseReader(tail), SseReader(live)]
+        for reader in readers:
+            assert await reader.next_comment() == "stream open"
+        app.state.live_streams.close()  # what the runner does as shutdown begins
+        for reader in readers:
+            assert await reader.rest() == []  # ended, not cut: no RemoteProtocolError
+        late = await server.client.get("/v1/streams/s/tail")
+        assert late.status_code == 200 and late.text == ": stream open\n\n"  # ends at once

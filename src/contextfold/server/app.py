@@ -100,6 +100,7 @@ def create_app(
     on the agent's behalf; by default they get 400, so a client cannot forge the agent.
     ``namespaces``: the namespaces served (others get 403); any namespace when None.
     ``max_live_streams``: SSE streams (``/tail`` and ``/live``) open at once; past it 503.
+    ``app.state.live_streams.close()`` ends them all (a server shutting down calls it).
     Raises ValueError for an empty token or a bad limit.
     """
     if token is not None and not token:
@@ -151,7 +152,7 @@ def create_app(
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
     if token is not None:
         middleware.append(Middleware(BearerAuth, token=token))
-    return Starlette(
+    app = Starlette(
         routes=routes,
         middleware=middleware,
         exception_handlers={
@@ -160,6 +161,8 @@ def create_app(
             Exception: handle_exception,
         },
     )
+    app.state.live_streams = slots
+    return app
 
 
 def _inspector_routes() -> list[BaseRoute]:

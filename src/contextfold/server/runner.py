@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 
 import uvicorn
 
 from ..errors import InvalidInputError
 from ..journal import open_journal
 from .app import LOOPBACK_HOSTS, create_app
-from .sse import DEFAULT_MAX_LIVE_STREAMS
+from .sse import DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 
 __all__ = ["DEFAULT_EXTRA_CONNECTIONS", "LOOPBACK_HOSTS", "serve", "serve_async"]
 
@@ -18,8 +19,21 @@ DEFAULT_EXTRA_CONNECTIONS = 100
 """Connections uvicorn takes beyond ``max_live_streams`` (its ``limit_concurrency`` is the
 sum): room for ordinary requests while every stream slot is taken; past it, 503."""
 
-# Open SSE streams never end by themselves: on shutdown, give them this long, then cut.
+# Requests still running when shutdown begins get this long, then are cut.
 _SHUTDOWN_GRACE = 3
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, ending the app's live streams as shutdown begins: they never end by
+    themselves, so each would be cut after the grace period and logged as a failure."""
+
+    def __init__(self, config: uvicorn.Config, streams: StreamSlots) -> None:
+        super().__init__(config)
+        self._streams = streams
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._streams.close()
+        await super().shutdown(sockets)
 
 
 def _is_loopback(host: str) -> bool:
@@ -79,7 +93,7 @@ async def serve_async(
             timeout_graceful_shutdown=_SHUTDOWN_GRACE,
             log_level="info",
         )
-        await uvicorn.Server(config).serve()
+        await _Server(config, app.state.live_streams).serve()
 
 
 def serve(

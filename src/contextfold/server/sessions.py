@@ -98,7 +98,7 @@ class SessionRoutes:
         try:
             frames = _BusFrames()
             response = EventStreamResponse(
-                frames, heartbeat=self.heartbeat, on_close=self.slots.release
+                frames, heartbeat=self.heartbeat, on_close=self.slots.release, slots=self.slots
             )
             # Subscribed last, once nothing can fail any more (a failure would leave a
             # subscription nobody closes), and before the response starts: nothing

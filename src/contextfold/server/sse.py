@@ -12,11 +12,13 @@ more: it is sent as a final ``event: error`` frame with the usual JSON error bod
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import anyio
+from anyio import CancelScope
 from anyio.abc import TaskGroup
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -47,11 +49,17 @@ DEFAULT_MAX_LIVE_STREAMS = 100
 
 class StreamSlots:
     """A counter of open SSE streams, shared by every SSE route of an app: a request past
-    the limit is refused at once (TooManyStreamsError, 503) instead of waiting."""
+    the limit is refused at once (TooManyStreamsError, 503) instead of waiting.
+
+    :meth:`close` ends every stream for a server that shuts down: they never end by
+    themselves, and one cut after the grace period is logged as a failed request.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open = 0
+        self.closed = False
+        self._scopes: set[CancelScope] = set()
 
     def acquire(self) -> None:
         """Take a slot, or raise TooManyStreamsError. Pair with :meth:`release`."""
@@ -63,6 +71,24 @@ class StreamSlots:
 
     def release(self) -> None:
         self.open -= 1
+
+    def close(self) -> None:
+        """End every open stream now, and any started later at once (cleanly: the
+        client sees the stream end, and an ``EventSource`` reconnects later)."""
+        self.closed = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+    @contextlib.contextmanager
+    def ending(self, scope: CancelScope) -> Iterator[None]:
+        """While in the block, :meth:`close` cancels ``scope`` (at once if closed already)."""
+        if self.closed:
+            scope.cancel()
+        self._scopes.add(scope)
+        try:
+            yield
+        finally:
+            self._scopes.discard(scope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +129,7 @@ class EventStreamResponse(Response):
         heartbeat: float = DEFAULT_HEARTBEAT,
         headers: Mapping[str, str] | None = None,
         on_close: Callable[[], None] | None = None,
+        slots: StreamSlots | None = None,
     ) -> None:
         if heartbeat <= 0:
             raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
@@ -110,6 +137,8 @@ class EventStreamResponse(Response):
         self.heartbeat = heartbeat
         self.on_close = on_close
         """Called once when the response ends (or fails), e.g. to free a stream slot."""
+        self.slots = slots
+        """Closing these (:meth:`StreamSlots.close`) ends the stream."""
         self.status_code = 200
         self.background = None
         # no-cache and no proxy buffering: every frame must reach the client as it is sent
@@ -135,10 +164,15 @@ class EventStreamResponse(Response):
         try:
             await writer.write(b": stream open\n\n")  # headers and a first byte, at once
             async with anyio.create_task_group() as group:
-                group.start_soon(_watch_disconnect, receive, group)
-                group.start_soon(writer.heartbeats, self.heartbeat)
-                await self._pump(writer)
-                group.cancel_scope.cancel()
+                with (
+                    self.slots.ending(group.cancel_scope)
+                    if self.slots
+                    else contextlib.nullcontext()
+                ):
+                    group.start_soon(_watch_disconnect, receive, group)
+                    group.start_soon(writer.heartbeats, self.heartbeat)
+                    await self._pump(writer)
+                    group.cancel_scope.cancel()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except* OSError:
             pass  # the client went away mid-write: nothing left to tell it

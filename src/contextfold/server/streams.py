@@ -160,4 +160,6 @@ class StreamRoutes:
                 await aclose_iterator(live)
 
         self.slots.acquire()
-        return EventStreamResponse(frames(), heartbeat=self.heartbeat, on_close=self.slots.release)
+        return EventStreamResponse(
+            frames(), heartbeat=self.heartbeat, on_close=self.slots.release, slots=self.slots
+        )
