@@ -5,13 +5,14 @@ from __future__ import annotations
 import inspect
 import signal
 import threading
-import time
+from typing import Any
 
 import pytest
 
 import contextfold as cf
 from contextfold.errors import StoreUnavailableError
 from contextfold.journal import Journal, SyncJournal
+from contextfold.store.base import ReadResult
 from contextfold.store.memory import MemoryStore
 
 
@@ -90,25 +91,35 @@ class Interrupted(BaseException):
     """What the test's signal handler raises: a KeyboardInterrupt stand-in pytest ignores."""
 
 
+class WatchedStore(MemoryStore):
+    """Tells a waiting thread when a tail re-reads: the caller is then blocked in next()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reread = threading.Event()
+
+    async def read(self, namespace: str, stream: str, **kwargs: Any) -> ReadResult:
+        if kwargs["after"] is not None:
+            self.reread.set()
+        return await super().read(namespace, stream, **kwargs)
+
+
 def test_an_interrupted_sync_tail_raises_the_interrupt_and_ends_on_the_loop() -> None:
     def interrupt(signum: int, frame: object) -> None:
         raise Interrupted
 
-    def interrupt_once_the_tail_waits(store: MemoryStore) -> None:
-        deadline = time.monotonic() + 30
-        while not store._wakeups._waiters and time.monotonic() < deadline:
-            time.sleep(0.005)
+    def interrupt_once_the_tail_polls(store: WatchedStore) -> None:
+        store.reread.wait(30)
         signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
 
     previous = signal.signal(signal.SIGUSR1, interrupt)
     try:
-        with cf.open_journal_sync("memory://") as journal:
-            store = journal.journal.store
-            assert isinstance(store, MemoryStore)
+        store = WatchedStore()
+        with SyncJournal(Journal(store)) as journal:
             journal.append("s", Note(text="a"))
-            tail = journal.subscribe("s", poll_interval=60)
+            tail = journal.subscribe("s", poll_interval=0.01)
             assert next(tail).payload["text"] == "a"
-            helper = threading.Thread(target=interrupt_once_the_tail_waits, args=(store,))
+            helper = threading.Thread(target=interrupt_once_the_tail_polls, args=(store,))
             helper.start()
             with pytest.raises(Interrupted):  # not a RuntimeError from closing a running tail
                 next(tail)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
 from ..errors import (
@@ -260,23 +261,33 @@ class Wakeups:
         for waiter in self._waiters.get((namespace, stream), ()):
             waiter.set()
 
-    async def wait(self, namespace: str, stream: str, timeout: float) -> None:
+    @contextlib.contextmanager
+    def listen(self, namespace: str, stream: str) -> Iterator[asyncio.Event]:
+        """An event set by every append to the stream while the block runs. Registered for
+        the whole tail, not per wait: an append landing while the tail reads or hands out
+        events still sets it (clear it before each read)."""
         waiter = asyncio.Event()
         key = (namespace, stream)
         self._waiters.setdefault(key, set()).add(waiter)
         try:
-            # Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that lands
-            # as the waiter is set, and a cancelled tail would then poll forever.
-            async with asyncio.timeout(timeout):
-                await waiter.wait()
-        except TimeoutError:
-            pass
+            yield waiter
         finally:
             waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[key]
+
+
+async def wait_or_timeout(wake: asyncio.Event, timeout: float) -> None:
+    """Wait until ``wake`` is set or ``timeout`` seconds pass.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancellation that lands as the
+    event is set, and a cancelled tail would then poll forever.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            await wake.wait()
 
 
 def raise_if_cancelled() -> None:
@@ -302,15 +313,17 @@ async def poll_subscribe(
 ) -> AsyncIterator[StoredEvent]:
     """A live tail built on ``read``: wakes on local appends, polls for other processes."""
     cursor = after
-    while True:
-        page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
-        raise_if_cancelled()
-        for event in page.events:
-            yield event
-        cursor = page.cursor
-        if not page.more:
-            await wakeups.wait(namespace, stream, poll_interval)
+    with wakeups.listen(namespace, stream) as wake:
+        while True:
+            wake.clear()  # before the read: an append the read misses sets it again
+            page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
             raise_if_cancelled()
+            for event in page.events:
+                yield event
+            cursor = page.cursor
+            if not page.more:
+                await wait_or_timeout(wake, poll_interval)
+                raise_if_cancelled()
 
 
 def wrong_version(stream: str, expected: int, actual: int) -> WrongExpectedVersionError:

@@ -482,3 +482,21 @@ class StoreContract:
             assert task.cancelled()
 
         self.run(t)
+
+    def test_an_append_while_the_consumer_holds_an_event_wakes_the_tail(self) -> None:
+        """An append made while the tail is handed out (not yet waiting) still wakes it: a
+        wake-up sent between the tail's read and its wait must not wait for the next poll."""
+
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"i": 0}))
+            tail = j.subscribe("s", after=None, poll_interval=60)
+            try:
+                assert (await anext(tail)).payload == {"i": 0}
+                await j.append("s", RawEvent("e", {"i": 1}))  # the tail is not waiting yet
+                async with asyncio.timeout(10):  # the tail polls only every 60 s
+                    later = await anext(tail)
+                assert later.payload == {"i": 1}
+            finally:
+                await tail.aclose()  # type: ignore[attr-defined]
+
+        self.run(t)

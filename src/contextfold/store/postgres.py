@@ -36,6 +36,7 @@ from .base import (
     idempotency_conflict,
     parse_cursor,
     raise_if_cancelled,
+    wait_or_timeout,
     wrong_version,
 )
 
@@ -441,10 +442,7 @@ class PostgresStore(Store):
                 if page.more:
                     continue
                 timeout = max(poll_interval, self._poll_fallback) if listening else poll_interval
-                # asyncio.timeout, not wait_for: see Wakeups.wait (a cancel must not be lost).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await wake.wait()
+                await wait_or_timeout(wake, timeout)
                 raise_if_cancelled()
         finally:
             waiters = self._wakers.get(key)
