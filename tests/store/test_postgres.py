@@ -358,6 +358,49 @@ async def test_a_tail_cancelled_as_its_listener_starts_closes_that_connection(
         await journal.close()
 
 
+async def test_a_journal_closed_while_a_tail_connects_its_listener_keeps_no_connection(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another tail holds an event (paused at its yield, so the listener is still wanted)
+    when the journal closes under a tail that is connecting the listener: that connection
+    must be closed, not kept by a store that is gone."""
+    journal = open_journal(pg_dsn)
+    store = journal.store
+    assert isinstance(store, PostgresStore)
+    opened: list[psycopg.AsyncConnection[Any]] = []
+    connect = psycopg.AsyncConnection.connect
+    closer: asyncio.Task[None] | None = None
+
+    async def patched(*args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+        if closer is None:  # the first tail: no listener (it polls)
+            raise OSError("listener unavailable")
+        conn = await connect(*args, **kwargs)
+        opened.append(conn)
+        await journal.close()  # the journal closes while the listener is being set up
+        return conn
+
+    async def tail() -> None:
+        async for _ in journal.subscribe("s"):
+            pass
+
+    await journal.append("s", [raw(1)])  # the pool is open before connect is patched
+    monkeypatch.setattr(psycopg.AsyncConnection, "connect", patched)
+    holder = journal.subscribe("s", poll_interval=60)
+    try:
+        assert (await anext(holder)).position == 1  # paused at its yield, listening wanted
+        store._next_listen = 0.0  # the next tail tries to listen again at once
+        closer = asyncio.create_task(tail())
+        done, _ = await asyncio.wait({closer}, timeout=10)
+        assert closer in done
+        with pytest.raises(StoreUnavailableError, match="closed"):
+            closer.result()
+        assert len(opened) == 1
+        assert opened[0].closed, "the listener outlived the closed journal"
+        assert store._listener is None
+    finally:
+        await holder.aclose()  # type: ignore[attr-defined]
+
+
 async def test_closing_the_journal_ends_a_waiting_tail(pg_dsn: str) -> None:
     reader = open_journal(pg_dsn, poll_fallback=60.0)
     tail = reader.subscribe("live")

@@ -480,6 +480,9 @@ class PostgresStore(Store):
                     raise
                 self._next_listen = loop.time() + self._poll_fallback
                 return False
+            if self._closed:  # closed while this connected: nothing may outlive the store
+                await conn.close()
+                return False
             self._listener = conn
             self._pump = asyncio.create_task(self._pump_notifies(conn), name="contextfold-listen")
             # Wake-ups sent while nobody listened are lost: have every tail re-read.
