@@ -311,3 +311,32 @@ async def test_postgres_refused_statement_is_a_store_error_not_unavailable(pg_ds
     finally:
         await store.close()
         await holder.close()
+
+
+async def test_postgres_closed_during_its_first_open_leaves_no_pool_open(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() while the first open is still connecting: the pool that open makes is closed
+    too, not left running behind a store that says it is closed."""
+    from contextfold.transcript.postgres import PostgresTranscriptStore
+
+    store = PostgresTranscriptStore(pg_dsn)
+    opening = asyncio.Event()
+    pools: list[Any] = []
+    open_pool = store._open_pool
+
+    async def slow_open_pool() -> Any:
+        opening.set()
+        await asyncio.sleep(0.05)  # close() lands here, while the pool is being made
+        pool = await open_pool()
+        pools.append(pool)
+        return pool
+
+    monkeypatch.setattr(store, "_open_pool", slow_open_pool)
+    first = asyncio.create_task(store.open())
+    await opening.wait()
+    await store.close()
+    await asyncio.gather(first, return_exceptions=True)
+    assert len(pools) == 1 and pools[0].closed, "the first open's pool outlived close()"
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        await store.open()

@@ -141,7 +141,8 @@ class PostgresTranscriptStore(TranscriptStore):
         if self._shared["closed"]:
             return
         self._shared["closed"] = True
-        pool: AsyncConnectionPool | None = self._shared["pool"]
+        async with self._shared["lock"]:  # after a first open in flight: its pool is closed too
+            pool: AsyncConnectionPool | None = self._shared["pool"]
         if pool is not None:
             await pool.close()
 
@@ -152,6 +153,8 @@ class PostgresTranscriptStore(TranscriptStore):
         if pool is not None:
             return pool
         async with self._shared["lock"]:  # concurrent first calls open one pool
+            if self._shared["closed"]:  # closed while this waited for the lock
+                raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
             if self._shared["pool"] is None:
                 self._shared["pool"] = await self._open_pool()
         opened: AsyncConnectionPool = self._shared["pool"]
