@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
@@ -18,13 +19,27 @@ class ReadCall:
 
 
 class RecordingStore(cf.Store):
-    """Delegates to ``inner`` and records every ``read`` (its ``after``) and ``latest`` call."""
+    """Delegates to ``inner`` and records every ``read`` (its ``after``) and ``latest`` call.
+
+    ``pause_reads()`` holds every ``read`` after it got its page, until ``resume_reads()``:
+    a fold read is then caught between reading a page and storing its state."""
 
     def __init__(self, inner: cf.Store) -> None:
         self.inner = inner
         self.url = inner.url
         self.reads: list[ReadCall] = []
         self.latest_calls = 0
+        self._gate: asyncio.Event | None = None
+        self.read_paused = asyncio.Event()
+
+    def pause_reads(self) -> None:
+        self._gate = asyncio.Event()
+        self.read_paused.clear()
+
+    def resume_reads(self) -> None:
+        if self._gate is not None:
+            self._gate.set()
+        self._gate = None
 
     def clear(self) -> None:
         self.reads.clear()
@@ -68,6 +83,10 @@ class RecordingStore(cf.Store):
                 after, tuple(types) if types is not None else None, len(page.events), page.reset
             )
         )
+        gate = self._gate
+        if gate is not None:
+            self.read_paused.set()
+            await gate.wait()
         return page
 
     async def latest(

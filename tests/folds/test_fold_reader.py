@@ -299,6 +299,25 @@ async def test_end_run_drops_the_runs_state(store: RecordingStore) -> None:
     assert store.reads[0].after is None  # r1 was dropped: folded again from the start
 
 
+async def test_a_read_in_flight_when_its_run_ends_caches_nothing(store: RecordingStore) -> None:
+    # end_run while a read of that run is between its store read and storing its state: the
+    # read still returns, but must not put the ended run's state back into the cache.
+    journal = cf.Journal(store)
+    progress = progress_fold()
+    await journal.append("s", [Stepped(), Stepped()], run_id="r1")
+    store.pause_reads()
+    read = asyncio.create_task(journal.fold(progress, "s", run_id="r1"))
+    await store.read_paused.wait()
+    journal.end_run("s", "r1")
+    store.resume_reads()
+    assert await read == 2
+    assert len(journal.folds.cache) == 0
+
+    store.clear()  # a read after the run ended is served, and cached as any read of it
+    assert await journal.fold(progress, "s", run_id="r1") == 2
+    assert store.reads[0].after is None and len(journal.folds.cache) == 1
+
+
 # -- decoding ----------------------------------------------------------------------------------
 
 

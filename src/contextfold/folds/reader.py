@@ -58,6 +58,7 @@ class _Flight:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     users: int = 0
+    ended: bool = False  # its run ended while reads were in flight: they cache nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +202,8 @@ class FoldReader:
                     start = "reset"
                     cached = await self._cold(fold, namespace, stream)
                     entry, folded, _ = await self._catch_up(fold, namespace, stream, cached, run_id)
-                self.cache.put(key, entry)
+                if not flight.ended:
+                    self.cache.put(key, entry)
                 _events_counter.add(folded, {"fold": fold.name, "start": start})
                 return entry.state, entry.cursor
         finally:
@@ -211,7 +213,15 @@ class FoldReader:
 
     def end_run(self, namespace: str, stream: str, run_id: str) -> None:
         """Drop the run-scoped states of a run that ended."""
-        self.cache.drop(lambda k: k[0] == namespace and k[1] == stream and k[3] == run_id)
+
+        def of_run(key: tuple[Any, ...]) -> bool:
+            return bool(key[0] == namespace and key[1] == stream and key[3] == run_id)
+
+        self.cache.drop(of_run)
+        # A read in flight would put the ended run's state back, kept until LRU or TTL.
+        for key, flight in self._locks.items():
+            if of_run(key):
+                flight.ended = True
 
     async def _cold(self, fold: FoldBase[S], namespace: str, stream: str) -> _Entry:
         """The newest usable checkpoint (or the initial state), not yet caught up."""
