@@ -172,6 +172,18 @@ def test_count_is_cached_per_segment_across_calls_and_budgets() -> None:
     assert view.count(grown.segments[0]) == 10 and counted == ["new"]  # shared with reads
 
 
+def test_a_segment_copied_with_new_data_is_counted_and_elided_again() -> None:
+    # dataclasses.replace is how a handler or a custom strategy naturally derives a segment;
+    # the copy must not inherit the memo of the original's data.
+    view = cf.ContextView(Sized, count=by_size)
+    elide = cf.elide(keep_newest=0, map=halve)
+    segment = cf.Segment("x", cf.FrozenDict(kind="step", size=10))
+    assert view.count(segment) == 10 and elide.apply(segment, 0, 1).data["size"] == 5
+    bigger = dataclasses.replace(segment, data=cf.FrozenDict(kind="step", size=40))
+    assert view.count(bigger) == 40
+    assert elide.apply(bigger, 0, 1).data["size"] == 20
+
+
 def test_each_view_counts_with_its_own_counter() -> None:
     segment = cf.Segment("x", {"kind": "user", "size": 7})
 

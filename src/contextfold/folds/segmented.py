@@ -35,8 +35,9 @@ class Segment(Generic[D]):
     id: str
     data: D
     # Per-segment memo (token counts per counter, elided forms): segments are immutable,
-    # so whatever is computed from one stays true for as long as it lives.
-    _memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    # so whatever is computed from one stays true for as long as it lives. Not an init
+    # field: dataclasses.replace(segment, data=…) would hand the copy the original's memo.
+    _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
 # Segment id -> positions (ascending), as levels of dicts, oldest (and largest) first. A level
