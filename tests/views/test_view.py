@@ -211,6 +211,24 @@ def test_views_built_per_request_leave_one_memo_entry_per_segment() -> None:
     assert [len(s._memo) for s in result.state.segments] == [1] * 8
 
 
+def test_counters_and_elides_built_per_request_keep_the_memo_bounded() -> None:
+    # A closure (or a TiktokenCounter) made per request is a new memo key each time: the
+    # memo of a long-lived segment must not keep one entry, and the function, per request.
+    state = state_of(*[(f"s{i}", "step", 10) for i in range(8)])
+    for _ in range(1000):
+
+        def count(segment: cf.Segment[dict[str, Any]]) -> int:
+            return by_size(segment)
+
+        def shorten(data: dict[str, Any]) -> dict[str, Any]:
+            return halve(data)
+
+        view = cf.ContextView(Sized, count=count, strategies=[cf.elide(keep_newest=2, map=shorten)])
+        result = view(state, budget=1)
+        assert result.tokens == 6 * 5 + 2 * 10  # still counted (and elided) right
+    assert max(len(s._memo) for s in state.segments) <= 16
+
+
 @dataclasses.dataclass
 class Plus:
     """A counter that is unhashable (a dataclass with eq): memoized by identity instead."""

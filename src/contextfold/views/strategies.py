@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..folds.segmented import Segment, SegmentedFold
-from .view import Work, _index, _memo_key
+from .view import Work, _index, _memo_key, remember
 
 __all__ = ["KeepFrom", "drop_oldest", "elide", "from_newest", "newest"]
 
@@ -46,7 +46,7 @@ class elide:
             else:
                 data = self.map(segment.data)
                 elided = segment if data is segment.data else Segment(segment.id, data)
-            memo[self._key] = elided
+            remember(memo, self._key, elided)
         return elided
 
     def apply_lazy(self, work: Work, limit: float) -> None:

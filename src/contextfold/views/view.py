@@ -22,6 +22,7 @@ from .tokens import approx_tokens
 __all__ = ["ContextView", "SplitResult", "StrategyContext", "ViewResult", "check_budget"]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 
 def check_budget(budget: object, *, name: str = "budget", allow_zero: bool = False) -> float:
@@ -61,6 +62,20 @@ def _memo_key(*parts: object) -> tuple[object, ...]:
             part = _Same(part)
         key.append(part)
     return tuple(key)
+
+
+# Entries one segment's memo keeps: a few views and elides share it. A counter or map made
+# per request (a closure, a TiktokenCounter) is a new key each time; without a bound a
+# long-lived segment would keep one entry, and that function, per request.
+MEMO_LIMIT = 16
+
+
+def remember(memo: dict[Any, Any], key: object, value: T) -> T:
+    """Store ``value`` in a segment's memo, forgetting its oldest entry past MEMO_LIMIT."""
+    if len(memo) >= MEMO_LIMIT:
+        del memo[next(iter(memo))]
+    memo[key] = value
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +227,7 @@ class ContextView(Generic[S]):
         memo = segment._memo
         tokens = memo.get(self._key)
         if tokens is None:
-            tokens = memo[self._key] = self._count(segment)
+            tokens = remember(memo, self._key, self._count(segment))
         return tokens
 
     def __call__(self, state: S, *, budget: float) -> ViewResult[S]:
