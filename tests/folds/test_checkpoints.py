@@ -435,14 +435,17 @@ async def test_concurrent_compactions_the_checkpoint_appended_last_wins(
     journal = cf.Journal(store)
     fold = chat_fold()
     await journal.append("s", [Said(text="a"), Said(text="b")])
-    gate = asyncio.Event()
+    read, gate = asyncio.Event(), asyncio.Event()
 
     async def slow(state: Chat) -> Chat:  # computed from the older read, appended last
+        read.set()
         await gate.wait()
         return Chat(summary="slow:" + ",".join(texts(state)))
 
     slow_task = asyncio.create_task(journal.compact(fold, "s", slow))
-    await asyncio.sleep(0.01)  # the slow compaction has read [a, b] and waits
+    # The slow compaction has read [a, b] and waits. Not a sleep: on a slow machine the
+    # store could still be reading when "c" is appended.
+    await read.wait()
     await journal.append("s", Said(text="c"))
     fast = await journal.compact(fold, "s", lambda s: Chat(summary="fast:" + ",".join(texts(s))))
     assert fast == Chat(summary="fast:a,b,c")
