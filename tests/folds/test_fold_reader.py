@@ -150,6 +150,24 @@ async def test_ttl_expires_lazily_with_an_injected_clock(store: RecordingStore) 
     assert len(reader.cache) == 1
 
 
+async def test_expired_states_are_dropped_without_being_read_again() -> None:
+    # With only a ttl bound (max_entries=inf), states of streams never read again must still
+    # go once expired, or the cache grows with every stream ever read.
+    now = [0.0]
+    store = MemoryStore()
+    reader = FoldReader(store, cf.FoldCache(max_entries=math.inf, ttl=10), clock=lambda: now[0])
+    journal = cf.Journal(store)
+    fold = said_fold()
+    for i in range(50):
+        await journal.append(f"s{i}", Said(text=str(i)))
+        assert await reader.read(fold, "default", f"s{i}") == (str(i),)
+    now[0] = 5.0
+    assert await reader.read(fold, "default", "s7") == ("7",)  # read again: stays
+    now[0] = 12.0
+    assert await reader.read(fold, "default", "s49") == ("49",)
+    assert len(reader.cache) == 2  # s7 and s49; the other 48 expired at 10
+
+
 @pytest.mark.parametrize("bad", [0, -1, -0.5])
 def test_cache_bounds_must_be_positive(bad: float) -> None:
     with pytest.raises(ValueError):

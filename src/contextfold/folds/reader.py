@@ -81,6 +81,7 @@ class FoldCache:
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
 
     def get(self, key: tuple[Any, ...], now: float) -> _Entry | None:
+        self._expire(now)
         entry = self._entries.get(key)
         if entry is None:
             return None
@@ -89,6 +90,15 @@ class FoldCache:
             return None
         self._entries.move_to_end(key)
         return entry
+
+    def _expire(self, now: float) -> None:
+        """Drop expired entries from the least recently read end: without it a state never
+        read again would stay until LRU evicts it, which max_entries=inf never does."""
+        while self._entries:
+            oldest = next(iter(self._entries.values()))
+            if now - oldest.touched <= self.ttl:
+                return
+            self._entries.popitem(last=False)
 
     def put(self, key: tuple[Any, ...], entry: _Entry) -> None:
         self._entries[key] = entry
