@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import pytest
@@ -278,6 +279,66 @@ async def test_a_checkpoint_of_a_deleted_history_is_ignored(store: RecordingStor
     assert result == Chat(turns=(Turn(text="new-a"),))
     assert await cold(store, fold) == result
     assert [s.reason for s in journal.folds.skipped] == ["checkpoint"]
+
+
+class ContainsHook(RecordingStore):
+    """Runs ``hook`` once, right after the next ``contains`` answered."""
+
+    hook: Callable[[], Awaitable[None]] | None = None
+
+    async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
+        found = await super().contains(namespace, stream, cursor)
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            await hook()
+        return found
+
+
+async def test_a_history_deleted_again_during_a_reset_read_is_read_from_its_start() -> None:
+    # A stale cursor resets the read to the newest checkpoint; when the history is deleted
+    # again right after that checkpoint was checked, the read resets once more. It must not
+    # return (and cache) the checkpoint of the deleted history as the state.
+    store = ContainsHook(MemoryStore())
+    journal = cf.Journal(store)
+    fold = chat_fold()
+    await journal.append("s", Said(text="first"))
+    await journal.fold(fold, "s")  # cached, with a cursor of the first history
+    await journal.delete_stream("s")
+    await journal.append("s", [Said(text="second-a"), Said(text="second-b")])
+    await cf.Journal(store).compact(fold, "s", summarize_all_but(0, "second"))
+
+    async def start_again() -> None:
+        await journal.delete_stream("s")
+        await journal.append("s", Said(text="third"))
+
+    store.hook = start_again
+    assert await journal.fold(fold, "s") == Chat(turns=(Turn(text="third"),))
+    assert await journal.fold(fold, "s") == await cold(store, fold)
+
+
+class ForgetsCursors(RecordingStore):
+    """A broken store: contains() knows every cursor, read() after any cursor resets."""
+
+    async def read(
+        self,
+        namespace: str,
+        stream: str,
+        *,
+        after: str | None,
+        types: Sequence[str] | None,
+        limit: int | None,
+    ) -> cf.ReadResult:
+        page = await super().read(namespace, stream, after=None, types=types, limit=limit)
+        return dataclasses.replace(page, reset=after is not None)
+
+
+async def test_a_store_resetting_every_read_fails_the_read_instead_of_looping() -> None:
+    store = ForgetsCursors(MemoryStore())
+    fold = chat_fold()
+    await cf.Journal(store.inner).append("s", [Said(text="a"), Said(text="b")])
+    await cf.Journal(store.inner).compact(fold, "s", summarize_all_but(0))
+    with pytest.raises(cf.StoreError, match="reset the history of stream 's' on 4 reads"):
+        await cf.Journal(store).fold(fold, "s")
 
 
 # -- what cannot compact -----------------------------------------------------------------------

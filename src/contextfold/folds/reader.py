@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from opentelemetry import metrics
 from pydantic import ValidationError
 
-from ..errors import FoldCompactionError, FoldDefinitionError
+from ..errors import FoldCompactionError, FoldDefinitionError, StoreError
 from ..events import RawEvent, StoredEvent
 from ..store.base import Store
 from .fold import FoldBase
@@ -38,6 +38,7 @@ _events_counter = _meter.create_counter(
 
 Start = Literal["cold", "warm", "reset"]
 PAGE = 5000
+MAX_RESETS = 3  # rebuilds of one read after stale cursors, before it gives up
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +209,22 @@ class FoldReader:
                 # The cached entry stays as it was until the catch-up succeeds: a handler
                 # that raises fails every read alike, warm or cold, never skipping its event.
                 entry, folded, reset = await self._catch_up(fold, namespace, stream, cached, run_id)
-                if reset:
+                # Rebuilt until a catch-up ends without a reset: the history can be deleted
+                # again during the rebuild, and a reset catch-up is not caught up at all.
+                for _ in range(MAX_RESETS):
+                    if not reset:
+                        break
                     start = "reset"
                     cached = await self._cold(fold, namespace, stream)
-                    entry, folded, _ = await self._catch_up(fold, namespace, stream, cached, run_id)
+                    entry, folded, reset = await self._catch_up(
+                        fold, namespace, stream, cached, run_id
+                    )
+                if reset:
+                    raise StoreError(
+                        f"fold {fold.name}: the store reset the history of stream {stream!r} "
+                        f"on {MAX_RESETS + 1} reads in a row (deleted during every rebuild, or "
+                        "its contains() knows a cursor its read() does not)"
+                    )
                 if not flight.ended:
                     self.cache.put(key, entry)
                 _events_counter.add(folded, {"fold": fold.name, "start": start})
