@@ -48,85 +48,85 @@ def test_serve_limits_default_to_the_servers_and_refuse_nonsense() -> None:
     assert "Invalid value for '--max-live-streams'" in words, result.output
 
 
+class Served:
+    """``contextfold serve`` in a child process, on a free loopback port, with its log."""
+
+    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+        self.port = _free_port()
+        self.db = tmp_path / "served.db"
+        self.log_path = tmp_path / "serve.log"
+        self._log = self.log_path.open("wb")
+        command = ["serve", "--url", f"sqlite:///{self.db}", "--port", str(self.port)]
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "contextfold", *command],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={"PATH": "/usr/bin:/bin", **env},
+        )
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
+
+    def wait_ready(self) -> None:
+        for _ in range(600):  # up to 30 s: slow machines take a while to import and bind
+            try:
+                self.client.get("/")
+                return
+            except httpx.TransportError:
+                assert self.child.poll() is None, self.log_path.read_text()
+                time.sleep(0.05)
+        raise AssertionError(f"serve never answered:\n{self.log_path.read_text()}")
+
+    def interrupt(self) -> int:
+        """Ctrl-C, and the exit status (uvicorn re-raises the SIGINT: 130 is usual)."""
+        self.child.send_signal(signal.SIGINT)
+        return self.child.wait(timeout=15)
+
+    def close(self) -> str:
+        """Stop whatever is left and return the log."""
+        self.client.close()
+        if self.child.poll() is None:
+            self.child.kill()
+            self.child.wait()
+        self._log.close()
+        return self.log_path.read_text()
+
+
 def test_serve_runs_a_journal_until_interrupted(tmp_path: Path) -> None:
-    port = _free_port()
-    url = f"sqlite:///{tmp_path / 'served.db'}"
-    log = (tmp_path / "serve.log").open("wb")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "contextfold", "serve", "--url", url, "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={"PATH": "/usr/bin:/bin", "CONTEXTFOLD_TOKEN": "t0ken"},
-    )
-    base = f"http://127.0.0.1:{port}"
+    served = Served(tmp_path, {"CONTEXTFOLD_TOKEN": "t0ken"})
     auth = {"Authorization": "Bearer t0ken"}
     try:
-        with httpx.Client(base_url=base, timeout=5) as client:
-            for _ in range(200):
-                try:
-                    client.get("/")
-                    break
-                except httpx.TransportError:
-                    assert child.poll() is None, (tmp_path / "serve.log").read_text()
-                    time.sleep(0.05)
-            assert client.get("/v1/streams").status_code == 401  # the env var set the token
-            body = {"events": [{"type": "note", "payload": {"text": "hi"}}]}
-            assert client.post("/v1/streams/s/events", json=body, headers=auth).status_code == 201
-            listed = client.get("/v1/streams", headers=auth).json()
-            assert listed == {"streams": [{"stream": "s", "version": 1}]}
-            # on loopback only loopback Host headers are served (DNS rebinding)
-            rebound = client.get("/v1/streams", headers={**auth, "Host": "evil.example"})
-            assert rebound.status_code == 400
+        served.wait_ready()
+        client = served.client
+        assert client.get("/v1/streams").status_code == 401  # the env var set the token
+        body = {"events": [{"type": "note", "payload": {"text": "hi"}}]}
+        assert client.post("/v1/streams/s/events", json=body, headers=auth).status_code == 201
+        listed = client.get("/v1/streams", headers=auth).json()
+        assert listed == {"streams": [{"stream": "s", "version": 1}]}
+        # on loopback only loopback Host headers are served (DNS rebinding)
+        rebound = client.get("/v1/streams", headers={**auth, "Host": "evil.example"})
+        assert rebound.status_code == 400
+        code = served.interrupt()
     finally:
-        child.send_signal(signal.SIGINT)
-        try:
-            code = child.wait(timeout=15)
-        finally:
-            if child.poll() is None:
-                child.kill()
-                child.wait()
-            log.close()
-    output = (tmp_path / "serve.log").read_text()
-    # uvicorn re-raises the SIGINT it caught once shut down: 130 is the usual exit status
+        output = served.close()
     assert code in (0, 130), output
     assert "Finished server process" in output and "Traceback" not in output
-    assert (tmp_path / "served.db").exists()
+    assert served.db.exists()
 
 
 def test_serve_ends_open_streams_cleanly_when_interrupted(tmp_path: Path) -> None:
     """A live tail (an open inspector) does not hold up a Ctrl-C: the stream ends at once
     and cleanly, instead of being cut after the grace period with a traceback logged."""
-    port = _free_port()
-    url = f"sqlite:///{tmp_path / 'served.db'}"
-    log = (tmp_path / "serve.log").open("wb")
-    child = subprocess.Popen(
-        [sys.executable, "-m", "contextfold", "serve", "--url", url, "--port", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    served = Served(tmp_path, {})
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            for _ in range(600):
-                try:
-                    client.get("/")
-                    break
-                except httpx.TransportError:
-                    assert child.poll() is None, (tmp_path / "serve.log").read_text()
-                    time.sleep(0.05)
-            with client.stream("GET", "/v1/streams/s/tail") as response:
-                lines = response.iter_lines()
-                assert next(lines) == ": stream open"
-                child.send_signal(signal.SIGINT)
-                rest = list(lines)  # an incomplete (cut) stream raises RemoteProtocolError
+        served.wait_ready()
+        with served.client.stream("GET", "/v1/streams/s/tail") as response:
+            lines = response.iter_lines()
+            assert next(lines) == ": stream open"
+            served.child.send_signal(signal.SIGINT)
+            rest = list(lines)  # an incomplete (cut) stream raises RemoteProtocolError
         assert all(line == "" or line.startswith(":") for line in rest), rest
-        code = child.wait(timeout=15)
+        code = served.child.wait(timeout=15)
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-        log.close()
-    output = (tmp_path / "serve.log").read_text()
+        output = served.close()
     assert code in (0, 130), output
     assert "Traceback" not in output and "graceful shutdown exceeded" not in output, output
 
