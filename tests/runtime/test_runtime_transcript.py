@@ -4,6 +4,7 @@ or the provider fails: no unfinished rows, nothing left in the writer's buffers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -280,3 +281,50 @@ async def test_cancelling_the_agent_while_tools_run_closes_their_rows(
     for call in calls:
         part = await store.get_part(SESSION, f"tool-{offset}-{call.id}")
         assert isinstance(part, ToolPart) and part.state == "error"
+
+
+class FailsToClose:
+    """An observer whose closing after a cancel fails (its store is down)."""
+
+    async def on_event(self, name: str, **data: Any) -> None:
+        if name in ("interrupted", "cancelled"):
+            raise ConnectionError("transcript store unreachable")
+
+
+async def test_a_cancelled_agent_ends_cancelled_even_when_closing_its_rows_fails(
+    journal: Journal, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A shutdown must stay a cancel: an observer failing while it closes rows is logged,
+    never raised in place of the CancelledError (timeouts and task groups rely on it)."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    model = Stalling()
+    task = asyncio.create_task(
+        Agent(journal, STREAM, model, observer=FailsToClose()).run_until_idle()
+    )
+    await asyncio.wait_for(model.started.wait(), 10)
+    task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=10)
+    assert task in done and task.cancelled()
+    assert "transcript store unreachable" in caplog.text
+
+
+async def test_an_agent_in_a_task_that_kept_an_earlier_cancel_still_runs(
+    journal: Journal,
+) -> None:
+    """A task that caught a cancel and carried on (without ``uncancel``) keeps a count in
+    ``Task.cancelling()``; only cancels requested during the run may stop the agent."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("hello?"))
+
+    async def carry_on_then_run() -> list[int]:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(60)  # cancelled below; the task decides to go on
+        agent = Agent(journal, STREAM, FunctionModel(lambda request: "hi"))
+        return (await agent.run_until_idle()).requests
+
+    task = asyncio.create_task(carry_on_then_run())
+    await asyncio.sleep(0)
+    task.cancel()
+    requests = await asyncio.wait_for(task, 10)
+    assert len(requests) == 1

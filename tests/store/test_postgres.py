@@ -508,3 +508,30 @@ async def test_a_journal_opened_before_its_database_exists_recovers(pg_server: A
     finally:
         await journal.close()
         pg_server.drop_database(name)
+
+
+async def test_a_journal_closed_during_its_first_open_leaves_no_pool_open(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() while the first operation is still opening the pool: that pool is closed
+    too and the operation fails as closed, instead of a live pool behind a closed store."""
+    from psycopg_pool import AsyncConnectionPool
+
+    pools: list[AsyncConnectionPool[Any]] = []
+    opening = asyncio.Event()
+    pool_open = AsyncConnectionPool.open
+
+    async def slow_open(self: AsyncConnectionPool[Any], *args: Any, **kwargs: Any) -> None:
+        pools.append(self)
+        opening.set()
+        await asyncio.sleep(0.1)  # close() lands here
+        await pool_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncConnectionPool, "open", slow_open)
+    journal = open_journal(pg_dsn)
+    first = asyncio.create_task(journal.append("s", [raw(1)]))
+    await opening.wait()
+    await journal.close()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        await asyncio.wait_for(first, 10)
+    assert len(pools) == 1 and pools[0].closed, "the first open's pool outlived close()"

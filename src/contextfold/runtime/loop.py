@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol, cast
 
 from pydantic import ValidationError
 
+from .._aio import CancelWatch
 from ..context.compaction import (
     build_summary_request,
     needs_compaction,
@@ -52,7 +53,6 @@ from ..render.neutral import (
     render_request,
 )
 from ..render.prefix import PrefixInstance, SessionPrefix
-from ..store.base import raise_if_cancelled
 from .models import ModelClient, ModelError, ModelOutput
 from .scheduling import (
     AGENT,
@@ -153,6 +153,7 @@ class Agent:
         self.observer = observer
         self.status: Status = "idle"
         self._not_compactable: set[int] = set()  # requests recorded for another transport
+        self._cancel = CancelWatch()  # renewed by each run
 
     # -- observation --------------------------------------------------------------------------
 
@@ -169,11 +170,12 @@ class Agent:
         """Run until nothing wakes the model (idle), birth is pending (queued) or the loop
         halted itself (stopped). Raises ModelError when the provider fails."""
         report = RunReport()
+        self._cancel = CancelWatch()  # a cancel a driver swallowed still stops the run
         try:
             for _ in range(max_steps):
                 context = await self.journal.fold(AgentContext, self.stream)
                 sched = await self.journal.fold(Scheduler, self.stream)
-                raise_if_cancelled()  # a driver may have swallowed it (see serve)
+                self._cancel.check()
                 if await self._catch_up_compaction(context, sched, report):
                     continue
                 decision = decide(sched, context, self.budgets)
@@ -221,8 +223,9 @@ class Agent:
         wakes the next one (the agent's own appends wake it once, harmlessly).
         """
         failures = 0
+        cancel = CancelWatch()  # a cancel a library swallowed still stops the agent
         while True:
-            raise_if_cancelled()  # a cancel a library swallowed still stops the agent
+            cancel.check()
             cursor = await self.journal.head(self.stream)
             try:
                 await self.run_until_idle()
@@ -374,7 +377,7 @@ class Agent:
         async def on_delta(kind: str, text: str) -> None:
             await self._emit("delta", offset=offset, kind=kind, text=text)
 
-        raise_if_cancelled()  # no model call (paid, maybe long) for a cancelled agent
+        self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
         watch = asyncio.create_task(self._watch_interrupts(offset))
         try:
@@ -529,6 +532,7 @@ class Agent:
         neutral = build_summary_request(state, through=offset)
         rendered = render_request(neutral, self.model.transport)
         await self._emit("compaction-start", offset=offset)
+        self._cancel.check()  # no summary call for a cancelled agent either
         output = await self.model.complete(neutral, rendered)
         usage = TokenUsage(
             input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens
@@ -550,19 +554,22 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
 
 
 async def _finish(cleanup: Awaitable[None]) -> None:
-    """Await ``cleanup`` to its end even when the task is cancelled (again) meanwhile, then
-    let the cancel through. ``asyncio.shield`` alone returns at the next cancel and leaves
-    the cleanup running on, unawaited, after the task that started it has ended."""
+    """Run ``cleanup`` to its end for a caller that is handling a cancel (and re-raises it),
+    even when the task is cancelled again meanwhile. ``asyncio.shield`` alone returns at the
+    next cancel and leaves the cleanup running on, unawaited, after the task ended.
+
+    A failing cleanup is logged, never raised: it must not turn the cancel into an error
+    (a task cancelled at shutdown still ends cancelled). Under an anyio cancel scope, which
+    re-delivers its cancel at every await, this waits in a busy loop for the cleanup's
+    length (observer writes: milliseconds).
+    """
     task = asyncio.ensure_future(cleanup)
-    cancelled = False
     while not task.done():
-        try:
-            await asyncio.wait({task})  # a cancel here does not reach the cleanup
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError from (None if task.cancelled() else task.exception())
-    task.result()
+        # A cancel here does not reach the cleanup; the caller re-raises the one it handles.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.warning("cleanup after a cancel failed: %s", error, exc_info=error)
 
 
 def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:

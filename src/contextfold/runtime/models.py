@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .._aio import CancelWatch
 from ..errors import ModelError
 from ..render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
-from ..store.base import raise_if_cancelled
 
 __all__ = [
     "AnthropicModel",
@@ -186,6 +186,7 @@ class _SDKModel(abc.ABC):
     ) -> ModelOutput:
         # The SDK is looked up and called inside the translation: a client missing the
         # endpoint fails as a ModelError, like any provider failure.
+        cancel = CancelWatch()
         with _provider_errors(self.transport, self.model):
             body = rendered.json()
             stream = bool(body.get("stream"))
@@ -195,7 +196,7 @@ class _SDKModel(abc.ABC):
             try:
                 # The SDK may have swallowed a cancel as the stream opened (Python 3.11's
                 # wait_for): reading it to its end could take minutes.
-                raise_if_cancelled()
+                cancel.check()
                 return await self._read_stream(response, on_delta)
             finally:
                 await response.close()  # on cancel and error too: release the connection

@@ -17,6 +17,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from .._aio import CancelWatch
 from ..render.neutral import ToolCall, ToolSpec
 
 __all__ = ["Tool", "ToolOutcome", "Toolbox"]
@@ -77,6 +78,7 @@ class Tool:
             return ToolOutcome(
                 call.id, self.name, f"invalid arguments for {self.name}: {exc}", True
             )
+        cancel = CancelWatch()
         try:
             result = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
             if inspect.isawaitable(result):
@@ -84,7 +86,7 @@ class Tool:
         except Exception as exc:  # the model reads the failure; the loop goes on
             return ToolOutcome(call.id, self.name, f"{type(exc).__name__}: {exc}", True)
         except asyncio.CancelledError as exc:
-            if _being_cancelled():
+            if cancel.requested():
                 raise  # the agent itself is cancelled (a shutdown)
             # Something the tool awaited was cancelled, not the agent: the tool failed.
             why = str(exc) or f"something {self.name} awaited was cancelled"
@@ -96,12 +98,6 @@ class Tool:
         else:
             output = json.dumps(result, sort_keys=True, default=str)
         return ToolOutcome(call.id, self.name, output)
-
-
-def _being_cancelled() -> bool:
-    """Whether the running task has a cancel request pending (its own, not a tool's)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 class Toolbox:

@@ -15,6 +15,7 @@ import hashlib
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 
+from .._aio import CancelWatch
 from ..errors import (
     IdempotencyConflictError,
     InvalidCursorError,
@@ -290,18 +291,6 @@ async def wait_or_timeout(wake: asyncio.Event, timeout: float) -> None:
             await wake.wait()
 
 
-def raise_if_cancelled() -> None:
-    """Re-raise a cancellation that an awaited library swallowed.
-
-    On Python 3.11, ``asyncio.wait_for`` (used inside drivers and pools) returns normally when
-    a cancel lands just as what it waits for completes. The task's cancel request is still
-    counted, so a live tail checks it at each turn rather than polling forever.
-    """
-    task = asyncio.current_task()
-    if task is not None and task.cancelling():
-        raise asyncio.CancelledError
-
-
 async def poll_subscribe(
     store: Store,
     wakeups: Wakeups,
@@ -313,17 +302,18 @@ async def poll_subscribe(
 ) -> AsyncIterator[StoredEvent]:
     """A live tail built on ``read``: wakes on local appends, polls for other processes."""
     cursor = after
+    cancel = CancelWatch()  # a cancel the store's driver swallowed still ends the tail
     with wakeups.listen(namespace, stream) as wake:
         while True:
             wake.clear()  # before the read: an append the read misses sets it again
             page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
-            raise_if_cancelled()
+            cancel.check()
             for event in page.events:
                 yield event
             cursor = page.cursor
             if not page.more:
                 await wait_or_timeout(wake, poll_interval)
-                raise_if_cancelled()
+                cancel.check()
 
 
 def wrong_version(stream: str, expected: int, actual: int) -> WrongExpectedVersionError:

@@ -454,6 +454,29 @@ class StoreContract:
 
         self.run(t)
 
+    def test_a_task_that_kept_an_earlier_cancel_can_still_tail(self) -> None:
+        """A task that caught a cancel and carried on (without ``uncancel``) still counts it
+        in ``Task.cancelling()``: only cancels requested while the tail runs may end it."""
+
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"i": 1}))
+
+            async def carry_on_then_tail() -> int:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.sleep(60)  # cancelled below; the task decides to go on
+                async for event in j.subscribe("s", after=None, poll_interval=0.05):
+                    return int(event.payload["i"])
+                raise AssertionError("unreachable: subscribe never ends")
+
+            task = asyncio.create_task(carry_on_then_tail())
+            await asyncio.sleep(0)
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=10)
+            assert task in done and not task.cancelled(), "the tail ended on a stale cancel"
+            assert task.result() == 1
+
+        self.run(t)
+
     def test_a_cancel_landing_as_a_tail_closes_is_not_lost(self) -> None:
         """A consumer cancelled just as it closes its tail stays cancelled: a backend's
         clean-up (stopping a listener, say) must not swallow the consumer's cancel."""

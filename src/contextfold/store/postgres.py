@@ -25,6 +25,7 @@ from psycopg.errors import PipelineAborted
 from psycopg.rows import AsyncRowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
+from .._aio import CancelWatch
 from ..errors import InvalidInputError, StoreError, StoreUnavailableError
 from ..events import NewEvent, StoredEvent
 from .base import (
@@ -35,7 +36,6 @@ from .base import (
     batch_digest,
     idempotency_conflict,
     parse_cursor,
-    raise_if_cancelled,
     wait_or_timeout,
     wrong_version,
 )
@@ -238,6 +238,9 @@ class PostgresStore(Store):
                 if isinstance(exc, (psycopg.Error, OSError)):
                     self._fail(exc, "opening the journal")
                 raise
+            if self._closed:  # closed while this opened: the pool must not outlive the store
+                await asyncio.shield(pool.close())
+                raise StoreUnavailableError(f"the journal at {self._safe_url} is closed")
             self._pool = pool
 
     async def close(self) -> None:
@@ -429,13 +432,14 @@ class PostgresStore(Store):
         wake = asyncio.Event()
         self._wakers.setdefault(key, set()).add(wake)
         cursor = after
+        cancel = CancelWatch()  # the pool may swallow a cancel (Python 3.11's wait_for)
         try:
             while True:
                 listening = await self._ensure_listening()
                 # Cleared before the read: a NOTIFY for anything the read misses wakes the wait.
                 wake.clear()
                 page = await self.read(namespace, stream, after=cursor, types=None, limit=_PAGE)
-                raise_if_cancelled()  # the pool may have swallowed a cancel (Python 3.11)
+                cancel.check()
                 for event in page.events:
                     yield event
                 cursor = page.cursor
@@ -443,7 +447,7 @@ class PostgresStore(Store):
                     continue
                 timeout = max(poll_interval, self._poll_fallback) if listening else poll_interval
                 await wait_or_timeout(wake, timeout)
-                raise_if_cancelled()
+                cancel.check()
         finally:
             waiters = self._wakers.get(key)
             if waiters is not None:

@@ -141,8 +141,8 @@ class PostgresTranscriptStore(TranscriptStore):
         if self._shared["closed"]:
             return
         self._shared["closed"] = True
-        async with self._shared["lock"]:  # after a first open in flight: its pool is closed too
-            pool: AsyncConnectionPool | None = self._shared["pool"]
+        # A first open still in flight closes the pool it makes itself (see _pool).
+        pool: AsyncConnectionPool | None = self._shared["pool"]
         if pool is not None:
             await pool.close()
 
@@ -156,7 +156,11 @@ class PostgresTranscriptStore(TranscriptStore):
             if self._shared["closed"]:  # closed while this waited for the lock
                 raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
             if self._shared["pool"] is None:
-                self._shared["pool"] = await self._open_pool()
+                pool = await self._open_pool()
+                if self._shared["closed"]:  # closed while this opened: nothing may outlive it
+                    await asyncio.shield(pool.close())
+                    raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
+                self._shared["pool"] = pool
         opened: AsyncConnectionPool = self._shared["pool"]
         return opened
 
