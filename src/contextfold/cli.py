@@ -42,7 +42,8 @@ def demo(
     except ModelError as exc:
         console.print(f"error: {exc}", style="red", markup=False)
         console.print(
-            "the provider failed; the unanswered request stays recorded in the journal. "
+            "the provider failed; the unanswered request stays recorded in the journal "
+            "(`contextfold demo --no-fresh` sends it again). "
             "Unset OPENAI_API_KEY and ANTHROPIC_API_KEY to run with the local model.",
             markup=False,
         )
@@ -128,7 +129,7 @@ def serve(
     extra_connections: Annotated[
         int,
         typer.Option(min=0, help="Connections beyond the live streams, for ordinary requests."),
-    ] = 100,
+    ] = 100,  # server.runner.DEFAULT_EXTRA_CONNECTIONS (a test keeps the two equal)
 ) -> None:
     """Serve a journal over HTTP + SSE, with the web inspector at /."""
     try:
