@@ -409,3 +409,18 @@ async def test_each_fold_object_has_its_own_state_even_after_others_die() -> Non
     for tag in "abcdefghijklmnopqrstuvwxyz":
         assert await journal.fold(tagged(tag), "s") == (tag + "x",)
         gc.collect()
+
+
+def test_a_read_restarts_its_states_ttl_even_when_the_read_then_fails() -> None:
+    """Expiry pops from the least recently read end, so a read must refresh the time it
+    is measured from: otherwise a state read just before its ttl ran out (a read that then
+    failed never puts it back) expires with, or ahead of, states nobody read."""
+    from contextfold.folds.reader import _Entry
+
+    cache = cf.FoldCache(ttl=10)
+    cache.put(("a",), _Entry(state=1, cursor=None, checkpoint_at=0, touched=0.0))
+    cache.put(("b",), _Entry(state=2, cursor=None, checkpoint_at=0, touched=0.0))
+    assert cache.get(("a",), now=9.0) is not None  # read; suppose this read then fails
+    assert cache.get(("a",), now=15.0) is not None  # 6 s after its last read: alive
+    assert cache.get(("b",), now=15.0) is None  # never read since 0: expired
+    assert len(cache) == 1

@@ -13,7 +13,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from opentelemetry import metrics
@@ -89,6 +89,10 @@ class FoldCache:
         if now - entry.touched > self.ttl:
             del self._entries[key]
             return None
+        # A read: its ttl starts again and it moves to the recent end, so the entries stay
+        # in touched order (expiry pops from the old end) even if this read then fails.
+        entry = replace(entry, touched=now)
+        self._entries[key] = entry
         self._entries.move_to_end(key)
         return entry
 
