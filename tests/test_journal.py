@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import inspect
 import signal
 import threading
@@ -127,3 +129,22 @@ def test_an_interrupted_sync_tail_raises_the_interrupt_and_ends_on_the_loop() ->
             assert not store._wakeups._waiters  # the tail ended on the loop, not polling on
     finally:
         signal.signal(signal.SIGUSR1, previous)
+
+
+class CancelledReads(MemoryStore):
+    """A store whose reads end cancelled on their own (a driver closing under them)."""
+
+    async def read(self, namespace: str, stream: str, **kwargs: Any) -> ReadResult:
+        raise asyncio.CancelledError
+
+
+def test_a_sync_call_cancelled_on_its_loop_raises_an_exception_not_a_base_exception() -> None:
+    """Sync callers catch ``Exception``: a call that ends cancelled on the private loop (not
+    by the caller's Ctrl-C) raises concurrent.futures.CancelledError, as futures do."""
+    journal = SyncJournal(Journal(CancelledReads()))
+    try:
+        with pytest.raises(concurrent.futures.CancelledError, match="cancelled on its loop"):
+            journal.read("s")
+        assert journal.append("s", Note(text="still usable")).last_position == 1
+    finally:
+        journal.close()

@@ -9,6 +9,7 @@ top of the same object.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import os
@@ -535,6 +536,10 @@ class _LoopThread:
             self.loop.call_soon_threadsafe(lambda: tasks[0].cancel())
             finished.wait()
             raise
+        if tasks[0].cancelled():
+            # Not asyncio's CancelledError (a BaseException) in a thread that has no loop:
+            # the sync world's, an Exception, as concurrent.futures callers expect.
+            raise concurrent.futures.CancelledError("the journal call was cancelled on its loop")
         return tasks[0].result()
 
     def stop(self) -> None:
