@@ -220,7 +220,9 @@ class Agent:
         """Run forever: run until idle, then sleep until anything is appended to the stream.
 
         The head is taken before each run, so an item appended while the run ends still
-        wakes the next one (the agent's own appends wake it once, harmlessly).
+        wakes the next one (the agent's own appends wake it once, harmlessly). A provider
+        error is retried after a growing pause; a store error (the database down, the
+        journal closed) ends ``serve``: run it under a supervisor, a new agent resumes.
         """
         failures = 0
         cancel = CancelWatch()  # a cancel a library swallowed still stops the agent
