@@ -181,20 +181,11 @@ async def test_an_empty_composition_adds_nothing() -> None:
         assert len([m for m in body_messages(body) if m["role"] == "system"]) == 2
 
 
-async def test_a_cancelled_composition_is_discarded_and_recomposed(journal: Journal) -> None:
-    gate = asyncio.Event()
-    entered = asyncio.Event()
-    calls: list[str] = []
-    prefix = SessionPrefix()
-
-    @prefix.contributor
-    async def slow(next_: Any) -> tuple[NeutralMessage, ...]:
-        calls.append("slow")
-        if len(calls) == 1:
-            entered.set()
-            await gate.wait()  # cancelled here
-        return (NeutralMessage(role="user", content=f"catalog #{len(calls)}"), *await next_())
-
+async def cancel_while_composing(
+    journal: Journal, prefix: SessionPrefix, entered: asyncio.Event
+) -> tuple[Agent, list[NeutralRequest]]:
+    """A turn cancelled once ``entered`` is set (its prefix composing): the agent, and the
+    list of the requests its model is sent from then on."""
     seen: list[NeutralRequest] = []
 
     def model(request: NeutralRequest) -> str:
@@ -209,6 +200,24 @@ async def test_a_cancelled_composition_is_discarded_and_recomposed(journal: Jour
     run.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await run
+    return agent, seen
+
+
+async def test_a_cancelled_composition_is_discarded_and_recomposed(journal: Journal) -> None:
+    gate = asyncio.Event()
+    entered = asyncio.Event()
+    calls: list[str] = []
+    prefix = SessionPrefix()
+
+    @prefix.contributor
+    async def slow(next_: Any) -> tuple[NeutralMessage, ...]:
+        calls.append("slow")
+        if len(calls) == 1:
+            entered.set()
+            await gate.wait()  # cancelled here
+        return (NeutralMessage(role="user", content=f"catalog #{len(calls)}"), *await next_())
+
+    agent, seen = await cancel_while_composing(journal, prefix, entered)
     assert agent.prefix.composed is None
     assert await headers(journal) == []  # nothing was requested
     report = await agent.run_until_idle()  # the next turn composes under a live task
@@ -240,20 +249,7 @@ async def test_a_degraded_fallback_of_a_cancelled_composition_is_not_cached(
                 return (NeutralMessage(role="user", content="DEGRADED"), *await next_())
         return (NeutralMessage(role="user", content="full catalog"), *await next_())
 
-    seen: list[NeutralRequest] = []
-
-    def model(request: NeutralRequest) -> str:
-        seen.append(request)
-        return "ok"
-
-    await journal.append(STREAM, system_prompt("Agent."))
-    await journal.append(STREAM, user("hi"))
-    agent = Agent(journal, STREAM, FunctionModel(model), prefix=prefix)
-    run = asyncio.create_task(agent.run_until_idle())
-    await asyncio.wait_for(entered.wait(), 5)
-    run.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await run
+    agent, seen = await cancel_while_composing(journal, prefix, entered)
     await agent.run_until_idle()
     assert seen, "the next turn sends the request"
     for request in seen:
