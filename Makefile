@@ -7,7 +7,7 @@ PY ?= .venv/bin/python
 .venv/.installed: pyproject.toml
 	python3 -m venv .venv
 	.venv/bin/pip install --upgrade pip
-	.venv/bin/pip install -e '.[dev]'
+	.venv/bin/pip install -e '.[all]' --group dev
 	touch .venv/.installed
 
 install: .venv/.installed

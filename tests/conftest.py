@@ -52,7 +52,7 @@ def pg_server() -> Iterator[TemporaryPostgres]:
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        _unavailable("psycopg is not installed (pip install -e '.[dev]')")
+        _unavailable("psycopg is not installed (pip install -e '.[all]' --group dev)")
     server = TemporaryPostgres()
     missing = None
     try:
