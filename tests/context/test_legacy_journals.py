@@ -25,15 +25,15 @@ async def test_a_legacy_journal_rebuilds_every_recorded_request(
     db = tmp_path / "journal.sqlite3"
     shutil.copyfile(LEGACY / f"journal-{transport}.sqlite3", db)  # never write the fixture
     async with cf.open_journal(f"sqlite:///{db}") as journal:
-        records = [
-            event.decode(cf.RequestRecorded)
-            async for event in journal.read_all(STREAM, types=[cf.RequestRecorded])
-        ]
+        records: list[cf.RequestRecorded] = []
+        async for event in journal.read_all(STREAM, types=[cf.RequestRecorded]):
+            record = event.decode(cf.RequestRecorded)
+            assert isinstance(record, cf.RequestRecorded)
+            records.append(record)
         assert len(records) >= 5
         assert {record.transport for record in records} == {transport}
         assert await cf.verify_requests(journal, STREAM) == ()
         for record in records:
-            assert isinstance(record, cf.RequestRecorded)
             rebuilt = await journal.rebuild_request(STREAM, record.request_offset)
             assert rebuilt.sha256 == record.sha256
             assert len(rebuilt.body) == record.size
