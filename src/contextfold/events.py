@@ -33,6 +33,7 @@ __all__ = [
     "StoredEvent",
     "event_class",
     "registered_types",
+    "runtime_only_types",
 ]
 
 E = TypeVar("E", bound="Event")
@@ -46,14 +47,25 @@ class Event(BaseModel):
 
     Unknown fields are ignored on decode, so a stored payload with a field removed from
     the schema since still folds. Subclasses without ``type=`` are abstract bases.
+    ``runtime_only=True`` declares an event only the agent runtime writes (a model answer,
+    a tool's record): surfaces taking appends from clients refuse it (inherited when not given).
     """
 
     model_config = ConfigDict(frozen=True, extra="ignore", ser_json_inf_nan="constants")
 
     event_type: ClassVar[str] = ""
+    runtime_only: ClassVar[bool] = False
 
-    def __init_subclass__(cls, type: str | None = None, **kwargs: Any) -> None:
+    def __init_subclass__(
+        cls, type: str | None = None, runtime_only: bool | None = None, **kwargs: Any
+    ) -> None:
         super().__init_subclass__(**kwargs)
+        if runtime_only is not None:
+            if not isinstance(runtime_only, bool):
+                raise EventDefinitionError(
+                    f"{cls.__qualname__}: runtime_only must be True or False, got {runtime_only!r}"
+                )
+            cls.runtime_only = runtime_only
         if type is None:
             cls.event_type = ""
             return
@@ -100,6 +112,11 @@ def event_class(type_name: str) -> type[Event]:
 def registered_types() -> Mapping[str, type[Event]]:
     """A read-only snapshot of the registry: type name -> Event class."""
     return dict(_REGISTRY)
+
+
+def runtime_only_types() -> frozenset[str]:
+    """The registered type names declared ``runtime_only`` (see :class:`Event`)."""
+    return frozenset(name for name, cls in _REGISTRY.items() if cls.runtime_only)
 
 
 class EventMeta(NamedTuple):

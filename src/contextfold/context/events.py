@@ -72,6 +72,7 @@ BUILTIN_ACTOR_TYPES: Mapping[str, bool] = {
     "email": False,
     "github": False,
     "webhook": False,
+    "http": False,
 }
 """The known actor types and whether each is trusted with instruction precedence (fixed;
 ``trust.register_actor_type`` adds others)."""
@@ -317,7 +318,7 @@ class RequestHeader(_Frozen):
         return self.transport != "anthropic"
 
 
-class LlmRequestRequested(Event, type="contextfold.agent/llm-request-requested"):
+class LlmRequestRequested(Event, type="contextfold.agent/llm-request-requested", runtime_only=True):
     """A model request: publishes the projection through this event's offset.
 
     ``header`` None repeats the previous request's header snapshot, so an unchanged
@@ -329,7 +330,7 @@ class LlmRequestRequested(Event, type="contextfold.agent/llm-request-requested")
     """Why the request was made (free text for traces; not rendered)."""
 
 
-class LlmResponse(Event, type="contextfold.agent/llm-response"):
+class LlmResponse(Event, type="contextfold.agent/llm-response", runtime_only=True):
     """The model's answer to request ``request_offset``: evidence, not projected."""
 
     request_offset: int = Field(ge=1)
@@ -340,7 +341,7 @@ class LlmResponse(Event, type="contextfold.agent/llm-response"):
     stop_reason: str | None = None
 
 
-class ToolCallResult(Event, type="contextfold.agent/tool-call-result"):
+class ToolCallResult(Event, type="contextfold.agent/tool-call-result", runtime_only=True):
     """The outcome of executing one tool call: evidence, not projected."""
 
     tool_call_id: str = Field(min_length=1)
@@ -349,7 +350,9 @@ class ToolCallResult(Event, type="contextfold.agent/tool-call-result"):
     is_error: bool = False
 
 
-class LlmRequestInterrupted(Event, type="contextfold.agent/llm-request-interrupted"):
+class LlmRequestInterrupted(
+    Event, type="contextfold.agent/llm-request-interrupted", runtime_only=True
+):
     """Request ``request_offset`` was cancelled; it stays published (sealed conservatively)."""
 
     request_offset: int = Field(ge=1)

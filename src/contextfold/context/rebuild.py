@@ -25,7 +25,7 @@ from .state import AgentContextState
 __all__ = ["RequestDrift", "RequestRecorded", "rebuild_request", "rebuild_state", "verify_requests"]
 
 
-class RequestRecorded(Event, type="contextfold.agent/request-recorded"):
+class RequestRecorded(Event, type="contextfold.agent/request-recorded", runtime_only=True):
     """What was sent for request ``request_offset``: transport, size and SHA-256 of the body."""
 
     request_offset: int = Field(ge=1)

@@ -45,7 +45,7 @@ TriggerKind = Literal["user", "integration", "feedback"]
 _STRENGTH: dict[str, int] = {"feedback": 0, "integration": 1, "user": 2}
 
 
-class AgentHalted(Event, type="contextfold.agent/halted"):
+class AgentHalted(Event, type="contextfold.agent/halted", runtime_only=True):
     """The loop stopped itself: ``reason`` is ``"circuit-breaker"`` or ``"turn-budget"``."""
 
     reason: str
