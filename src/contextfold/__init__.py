@@ -20,6 +20,7 @@ from .context import (
     RequestHeader,
     TokenUsage,
     ToolCallResult,
+    ToolCallStarted,
     ToolDefinition,
     build_request,
     needs_compaction,
@@ -77,8 +78,10 @@ from .runtime import (
     RunReport,
     Tool,
     Toolbox,
+    ToolContext,
     TurnBudgets,
     system_prompt,
+    tool,
 )
 from .store.base import AppendResult, ReadResult, Store, StreamInfo
 from .views import (
@@ -178,6 +181,8 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolCallResult",
+    "ToolCallStarted",
+    "ToolContext",
     "ToolDefinition",
     "ToolSpec",
     "Toolbox",
@@ -205,6 +210,7 @@ __all__ = [
     "render",
     "render_request",
     "system_prompt",
+    "tool",
     "verify_requests",
     "wire_role",
 ]

@@ -4,7 +4,9 @@ Everything the model can see enters through :class:`ContextAdded`. The other eve
 record the request lifecycle: :class:`LlmRequestRequested` publishes the projection
 and logs the request header snapshot (so a request can be rebuilt byte for byte),
 :class:`LlmResponse` and :class:`ToolCallResult` are the raw evidence of a model answer
-and a tool execution, :class:`LlmRequestInterrupted` records a cancelled request.
+and a tool execution, :class:`ToolCallStarted` records that a tool was about to run (so a
+tool call runs at most once by record), :class:`LlmRequestInterrupted` records a cancelled
+request.
 The evidence events are not projected: the runtime appends the model-visible part as a
 ``ContextAdded`` in the same append (see :func:`assistant_item` and :func:`tool_result_item`).
 
@@ -48,6 +50,7 @@ __all__ = [
     "Role",
     "TokenUsage",
     "ToolCallResult",
+    "ToolCallStarted",
     "ToolDefinition",
     "TransportName",
     "assistant_item",
@@ -348,6 +351,15 @@ class ToolCallResult(Event, type="contextfold.agent/tool-call-result", runtime_o
     name: str
     content: str = ""
     is_error: bool = False
+
+
+class ToolCallStarted(Event, type="contextfold.agent/tool-call-started", runtime_only=True):
+    """The runtime is about to run tool call ``tool_call_id``: appended (durably) right
+    before the tool's function is called, so a resumed agent that finds it without a
+    :class:`ToolCallResult` knows the call may already have run. Evidence, not projected."""
+
+    tool_call_id: str = Field(min_length=1)
+    name: str
 
 
 class LlmRequestInterrupted(

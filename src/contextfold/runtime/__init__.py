@@ -13,15 +13,18 @@ from .models import (
     Usage,
 )
 from .scheduling import AgentHalted, Decision, Scheduler, SchedulerState, TurnBudgets, decide
-from .tools import Tool, Toolbox, ToolOutcome
+from .tool_runs import NOT_RERUN, InterruptedToolPolicy
+from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool
 
 __all__ = [
+    "NOT_RERUN",
     "Agent",
     "AgentHalted",
     "AgentObserver",
     "AnthropicModel",
     "Decision",
     "FunctionModel",
+    "InterruptedToolPolicy",
     "LocalModel",
     "ModelClient",
     "ModelError",
@@ -33,10 +36,12 @@ __all__ = [
     "SchedulerState",
     "Status",
     "Tool",
+    "ToolContext",
     "ToolOutcome",
     "Toolbox",
     "TurnBudgets",
     "Usage",
     "decide",
     "system_prompt",
+    "tool",
 ]

@@ -3,7 +3,9 @@ the output, run tool calls, compact when usage crosses the threshold, and go on.
 
 Every decision is derived from the journal (the context and scheduler folds), so the loop
 can stop at any point and a new instance picks up where it left off: an unanswered
-request is re-sent byte for byte, unanswered tool calls are run.
+request is re-sent byte for byte, unanswered tool calls are run, and a call that was
+started without a recorded result is run again only when its tool may run twice (see
+``tool_runs``): tools run at most once by record.
 """
 
 from __future__ import annotations
@@ -33,17 +35,15 @@ from ..context.events import (
     ModelToolCall,
     RequestHeader,
     TokenUsage,
-    ToolCallResult,
     ToolDefinition,
     assistant_item,
-    tool_result_item,
 )
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..context.trust import trusted_extensions
-from ..errors import CorruptEventError, RenderError
+from ..errors import CorruptEventError, InvalidInputError, RenderError
 from ..events import Envelope, StoredEvent
 from ..journal import Journal
 from ..render.neutral import (
@@ -64,7 +64,8 @@ from .scheduling import (
     behaviour_of,
     decide,
 )
-from .tools import Toolbox, ToolOutcome
+from .tool_runs import InterruptedToolPolicy, run_calls
+from .tools import Toolbox
 
 __all__ = ["Agent", "AgentObserver", "Observers", "RunReport", "Status", "system_prompt"]
 
@@ -107,6 +108,8 @@ class RunReport:
     requests: list[int] = field(default_factory=list)
     interrupted: list[int] = field(default_factory=list)
     tool_calls: int = 0
+    not_rerun: list[str] = field(default_factory=list)
+    """Ids of calls that may already have run and were answered with an error, not run."""
     compactions: list[int] = field(default_factory=list)
     status: Status = "idle"
     reason: str = ""
@@ -119,6 +122,11 @@ class Agent:
     callables or :class:`Tool` objects; ``prefix`` contributes the session prefix, composed
     once per Agent instance (a loop instance). Nothing else is kept in memory: the journal
     is the agent's state.
+
+    Tools run at most once by record: a call the journal shows started but unanswered (the
+    agent stopped while it ran) is, by ``on_interrupted_tool``, answered with an error
+    saying it may already have run (``"report"``, the default) or run again (``"rerun"``);
+    a tool's own ``idempotent`` (True or False) overrides the policy for its calls.
 
     Run one live Agent per stream. A new instance resumes a stopped or crashed one (it
     re-sends an unanswered request byte for byte and runs unanswered tool calls), so a
@@ -139,7 +147,12 @@ class Agent:
         budgets: TurnBudgets | None = None,
         compaction_threshold: float = 0.5,
         observer: AgentObserver | None = None,
+        on_interrupted_tool: InterruptedToolPolicy = "report",
     ) -> None:
+        if on_interrupted_tool not in ("report", "rerun"):
+            raise InvalidInputError(
+                f"on_interrupted_tool must be 'report' or 'rerun', not {on_interrupted_tool!r}"
+            )
         self.journal = journal
         self.stream = stream
         self.model = model
@@ -151,6 +164,7 @@ class Agent:
         self.budgets = budgets or TurnBudgets()
         self.compaction_threshold = compaction_threshold
         self.observer = observer
+        self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
         self.status: Status = "idle"
         self._not_compactable: set[int] = set()  # requests recorded for another transport
         self._cancel = CancelWatch()  # renewed by each run
@@ -200,7 +214,17 @@ class Agent:
                     report.status, report.reason = "stopped", decision.reason
                     break
                 if decision.action == "run-tools":
-                    report.tool_calls += await self._run_tools(sched.outstanding)
+                    runs = await run_calls(
+                        self.journal,
+                        self.stream,
+                        self.toolbox,
+                        sched.outstanding,
+                        started=sched.started,
+                        policy=self.on_interrupted_tool,
+                        emit=self._emit,
+                    )
+                    report.tool_calls += runs.answered
+                    report.not_rerun.extend(runs.not_rerun)
                 elif decision.action == "retry":
                     assert sched.last_request is not None
                     await self._retry(sched.last_request, sched.request_actor, report)
@@ -471,22 +495,6 @@ class Agent:
         await self._emit(
             "response", offset=offset, output=replace(output, text=text, tool_calls=recorded)
         )
-
-    async def _run_tools(self, calls: Sequence[ModelToolCall]) -> int:
-        for call in calls:
-            await self._emit("tool-start", call=call)
-            outcome: ToolOutcome = await self.toolbox.call(
-                ToolCall(id=call.id, name=call.name, arguments=call.arguments)
-            )
-            result = ToolCallResult(
-                tool_call_id=call.id,
-                name=call.name,
-                content=outcome.output,
-                is_error=outcome.is_error,
-            )
-            await self.journal.append(self.stream, [result, tool_result_item(result)], actor="tool")
-            await self._emit("tool-end", call=call, outcome=outcome)
-        return len(calls)
 
     # -- compaction ---------------------------------------------------------------------------
 

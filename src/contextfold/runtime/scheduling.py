@@ -1,8 +1,15 @@
 """Scheduling: which items wake the model, turn budgets, the circuit breaker, birth.
 
 The scheduler's state is itself a fold over the journal, so a restarted agent knows its
-pending triggers, unanswered tool calls and autonomous streak without any other store.
-:func:`decide` is a pure function of that state and the context state.
+pending triggers, unanswered tool calls (and which of them were started) and autonomous
+streak without any other store. :func:`decide` is a pure function of that state and the
+context state.
+
+Only the runtime's own records move a turn on: a tool call is answered by the
+``ToolCallResult`` the runtime wrote for a call still outstanding from the verified
+assistant item; a duplicate, an unknown id, another writer's result, or any context item
+carrying a ``tool_call_id`` answers nothing (such an item is context like any other of its
+role and actor).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from ..context.events import (
     LlmResponse,
     ModelToolCall,
     ToolCallResult,
+    ToolCallStarted,
 )
 from ..context.state import AgentContextState
 from ..context.trust import is_external
@@ -27,6 +35,8 @@ from ..events import Envelope, Event
 from ..folds.fold import Fold
 
 __all__ = [
+    "AGENT",
+    "TOOL_WRITER",
     "AgentHalted",
     "Behaviour",
     "Decision",
@@ -53,11 +63,13 @@ class AgentHalted(Event, type="contextfold.agent/halted", runtime_only=True):
 
 
 def behaviour_of(item: ContextAdded) -> Behaviour:
-    """The item's request policy; by default user items and non-tool developer items wake
-    the model (after the current request), system, assistant and tool results do not."""
+    """The item's request policy; by default user items and developer items not written as
+    the agent or a tool wake the model (after the current request); system, assistant,
+    agent and tool items do not. A ``tool_call_id`` changes nothing: whoever appends an
+    item can set it, so the item is judged by its role and actor like any other."""
     if item.llm_request_policy is not None:
         return item.llm_request_policy.behaviour
-    if item.compaction is not None or item.tool_call_id is not None:
+    if item.compaction is not None:
         return "none"
     if item.role == "user":
         return "after-current-request"
@@ -114,6 +126,9 @@ class SchedulerState(BaseModel):
     outstanding: tuple[ModelToolCall, ...] = ()
     """Tool calls of the latest request's verified assistant item not yet answered by a
     result: the only calls the loop runs (an ``LlmResponse`` is evidence, never a command)."""
+    started: tuple[str, ...] = ()
+    """Ids of outstanding calls the runtime recorded as started (``ToolCallStarted``): each
+    may already have run, so it is not run again silently."""
     continuation: bool = False
     """The latest response asked for tools: once they are answered, the turn goes on."""
     turn_kind: TriggerKind = "user"
@@ -126,11 +141,13 @@ class SchedulerState(BaseModel):
     compaction cutoff: catch-up compaction picks the newest over the threshold from them."""
 
 
-Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=4)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=5)
 
 
 AGENT = "agent"
 """The journal meta actor the runtime appends with: the only writer whose answers count."""
+TOOL_WRITER = "tool"
+"""The journal meta actor the runtime appends tool results with: the only results that count."""
 
 
 def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
@@ -164,6 +181,7 @@ def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
                 "answered": True,
                 "response_at": None,
                 "outstanding": calls,
+                "started": (),
                 "continuation": bool(calls),
             }
         )
@@ -198,6 +216,7 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
             "response_at": None,
             "trusted": trusted,
             "outstanding": (),
+            "started": (),
             "continuation": False,
             "turn_kind": kind,
             "turn_steps": steps,
@@ -223,10 +242,32 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     return state.model_copy(update=update)
 
 
+@Scheduler.on(ToolCallStarted)
+def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerState:
+    """Note that the runtime started an outstanding call (another writer's record, or one
+    for a call not outstanding, is ignored)."""
+    call_id = ev.payload.tool_call_id
+    if (
+        ev.meta.actor != AGENT
+        or call_id in state.started
+        or all(c.id != call_id for c in state.outstanding)
+    ):
+        return state
+    return state.model_copy(update={"started": (*state.started, call_id)})
+
+
 @Scheduler.on(ToolCallResult)
 def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerState:
-    left = tuple(c for c in state.outstanding if c.id != ev.payload.tool_call_id)
-    return state.model_copy(update={"outstanding": left}) if left != state.outstanding else state
+    """Answer an outstanding call with the result the runtime wrote for it. A duplicate, an
+    unknown id or another writer's result changes nothing (it does not unblock the turn)."""
+    if ev.meta.actor != TOOL_WRITER:
+        return state
+    call_id = ev.payload.tool_call_id
+    left = tuple(c for c in state.outstanding if c.id != call_id)
+    if left == state.outstanding:
+        return state
+    started = tuple(s for s in state.started if s != call_id)
+    return state.model_copy(update={"outstanding": left, "started": started})
 
 
 @Scheduler.on(LlmRequestInterrupted)
@@ -237,7 +278,13 @@ def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> 
     if ev.payload.request_offset != state.last_request or ev.meta.actor != AGENT:
         return state
     return state.model_copy(
-        update={"answered": True, "response_at": None, "outstanding": (), "continuation": False}
+        update={
+            "answered": True,
+            "response_at": None,
+            "outstanding": (),
+            "started": (),
+            "continuation": False,
+        }
     )
 
 

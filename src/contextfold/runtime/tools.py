@@ -1,26 +1,34 @@
 """Tools: Python callables with pydantic-typed arguments, offered to the model.
 
-``Tool.from_function(fn)`` reads the signature: each parameter becomes a field of an
-arguments model, so the JSON schema the model sees and the validation of its arguments
-come from the same place. A tool never raises into the loop: bad arguments and
+``Tool.from_function(fn)`` (or the :func:`tool` decorator) reads the signature: each
+parameter becomes a field of an arguments model, so the JSON schema the model sees and the
+validation of its arguments come from the same place. A parameter annotated
+:class:`ToolContext` is not an argument: it receives the call's id and stream (a stable
+idempotency key for side effects). A tool never raises into the loop: bad arguments and
 exceptions become an error result the model can read.
+
+``idempotent`` says whether a call that may already have run (the agent stopped after
+starting it and before recording its result) may run again: see ``Agent``'s
+``on_interrupted_tool``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from .._aio import CancelWatch
+from ..canonical import canonical_json
 from ..render.neutral import ToolCall, ToolSpec
 
-__all__ = ["Tool", "ToolOutcome", "Toolbox"]
+__all__ = ["Tool", "ToolContext", "ToolOutcome", "Toolbox", "tool"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,34 +42,90 @@ class ToolOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a running tool knows about its call. A tool parameter annotated ``ToolContext``
+    receives it; it is not part of the arguments schema the model sees."""
+
+    call_id: str
+    """The tool call's id as the journal records it: unique within the stream's context."""
+    name: str
+    """The tool's name."""
+    stream: str | None = None
+    """The agent's stream (None when the tool is called outside an agent)."""
+    resumed: bool = False
+    """An earlier run of this call was started and recorded no result: this is a rerun
+    (only tools that may run again, see ``Tool.idempotent``, are run again)."""
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key naming this call of this stream, the same on every run of it (a rerun after
+        a crash included): pass it to an API that deduplicates side effects (a payment).
+        64 hex characters."""
+        return hashlib.sha256(canonical_json([self.stream, self.call_id])).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
 class Tool:
-    """A callable the model can call: name, description, arguments model and function."""
+    """A callable the model can call: name, description, arguments model and function.
+
+    ``idempotent``: True, a call that may already have run is run again; False, it never is;
+    None (the default), the agent's ``on_interrupted_tool`` policy decides.
+    ``context_parameter`` names the function's :class:`ToolContext` parameter, if any.
+    Calling a Tool calls its function.
+    """
 
     name: str
     description: str
     arguments: type[BaseModel]
     fn: Callable[..., Any]
+    idempotent: bool | None = None
+    context_parameter: str | None = None
 
     @classmethod
     def from_function(
-        cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        idempotent: bool | None = None,
     ) -> Tool:
-        """A tool from a function with type-annotated parameters; the docstring describes it."""
+        """A tool from a function with type-annotated parameters; the docstring describes it.
+        Raises TypeError for ``*args``/``**kwargs`` or two ``ToolContext`` parameters."""
         hints = get_type_hints(fn)
         fields: dict[str, Any] = {}
+        context_parameter: str | None = None
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise TypeError(
                     f"tool {fn.__name__}: *args/**kwargs cannot be described to a model"
                 )
             annotation = hints.get(param.name, Any)
+            if annotation is ToolContext:
+                if context_parameter is not None:
+                    raise TypeError(
+                        f"tool {fn.__name__}: parameters {context_parameter!r} and "
+                        f"{param.name!r} both ask for the ToolContext; keep one"
+                    )
+                context_parameter = param.name
+                continue
             default = ... if param.default is param.empty else param.default
             fields[param.name] = (annotation, default)
         model = create_model(
             f"{fn.__name__}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         doc = inspect.getdoc(fn) or ""
-        return cls(name or fn.__name__, description or doc.split("\n\n")[0], model, fn)
+        return cls(
+            name or fn.__name__,
+            description or doc.split("\n\n")[0],
+            model,
+            fn,
+            idempotent,
+            context_parameter,
+        )
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
 
     @property
     def spec(self) -> ToolSpec:
@@ -69,8 +133,19 @@ class Tool:
         schema.pop("title", None)
         return ToolSpec.from_schema(name=self.name, description=self.description, parameters=schema)
 
-    async def call(self, call: ToolCall) -> ToolOutcome:
-        """Validate the model's arguments and run the function; errors become error outcomes."""
+    async def call(
+        self,
+        call: ToolCall,
+        context: ToolContext | None = None,
+        *,
+        on_start: Callable[[], Awaitable[None]] | None = None,
+    ) -> ToolOutcome:
+        """Validate the model's arguments and run the function; errors become error outcomes.
+
+        ``on_start`` is awaited once the arguments are valid, right before the function
+        runs (the agent records that the call started); what it raises propagates and the
+        function does not run. ``context`` defaults to one without a stream.
+        """
         try:
             raw = json.loads(call.arguments) if call.arguments.strip() else {}
             args = self.arguments.model_validate(raw)
@@ -78,9 +153,14 @@ class Tool:
             return ToolOutcome(
                 call.id, self.name, f"invalid arguments for {self.name}: {exc}", True
             )
+        kwargs = {k: getattr(args, k) for k in type(args).model_fields}
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = context or ToolContext(call.id, self.name)
+        if on_start is not None:
+            await on_start()
         cancel = CancelWatch()
         try:
-            result = self.fn(**{k: getattr(args, k) for k in type(args).model_fields})
+            result = self.fn(**kwargs)
             if inspect.isawaitable(result):
                 result = await result
         except Exception as exc:  # the model reads the failure; the loop goes on
@@ -100,16 +180,47 @@ class Tool:
         return ToolOutcome(call.id, self.name, output)
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, idempotent: bool | None = None
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    idempotent: bool | None = None,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator form of :meth:`Tool.from_function`: ``@tool`` or ``@tool(idempotent=True)``.
+    The decorated name is a :class:`Tool`, still callable as the function."""
+    if fn is not None:
+        return Tool.from_function(fn)
+
+    def decorate(function: Callable[..., Any]) -> Tool:
+        return Tool.from_function(
+            function, name=name, description=description, idempotent=idempotent
+        )
+
+    return decorate
+
+
 class Toolbox:
     """The tools of an agent, by name."""
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         for item in tools:
-            tool = item if isinstance(item, Tool) else Tool.from_function(item)
-            if tool.name in self._tools:
-                raise ValueError(f"two tools are named {tool.name!r}")
-            self._tools[tool.name] = tool
+            made = item if isinstance(item, Tool) else Tool.from_function(item)
+            if made.name in self._tools:
+                raise ValueError(f"two tools are named {made.name!r}")
+            self._tools[made.name] = made
 
     @property
     def specs(self) -> tuple[ToolSpec, ...]:
@@ -121,11 +232,22 @@ class Toolbox:
     def __len__(self) -> int:
         return len(self._tools)
 
-    async def call(self, call: ToolCall) -> ToolOutcome:
-        tool = self._tools.get(call.name)
-        if tool is None:
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    async def call(
+        self,
+        call: ToolCall,
+        context: ToolContext | None = None,
+        *,
+        on_start: Callable[[], Awaitable[None]] | None = None,
+    ) -> ToolOutcome:
+        """Run the named tool (see :meth:`Tool.call`); an unknown name is an error outcome
+        (nothing runs, ``on_start`` is not awaited)."""
+        found = self._tools.get(call.name)
+        if found is None:
             known = ", ".join(sorted(self._tools)) or "none"
             return ToolOutcome(
                 call.id, call.name, f"unknown tool {call.name!r}; available: {known}", True
             )
-        return await tool.call(call)
+        return await found.call(call, context, on_start=on_start)
