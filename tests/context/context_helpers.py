@@ -9,7 +9,9 @@ from contextfold.context import (
     ContextAdded,
     LlmRequestRequested,
     RequestHeader,
+    ToolCallResult,
     fold_context,
+    tool_result_item,
 )
 from contextfold.events import Envelope, Event, EventMeta
 
@@ -36,6 +38,13 @@ class Log:
 
     def add(self, role: Any = "developer", content: str = "", **fields: Any) -> int:
         return self.append(ContextAdded(role=role, content=content, **fields))
+
+    def result(self, call_id: str, content: str = "", name: str = "t") -> int:
+        """A tool result as the runtime appends it: the evidence, then its item; the item's
+        position."""
+        result = ToolCallResult(tool_call_id=call_id, name=name, content=content)
+        self.append(result)
+        return self.append(tool_result_item(result))
 
     def request(self, header: RequestHeader | None = HEADER) -> int:
         return self.append(LlmRequestRequested(header=header))

@@ -21,6 +21,7 @@ from contextfold.context import (
     assistant_item,
     fold_context,
     item_header,
+    tool_result_item,
 )
 from contextfold.events import Envelope
 
@@ -225,6 +226,7 @@ def test_fold_is_registered_for_the_context_events() -> None:
     assert set(AgentContext.event_types) == {
         ContextAdded.event_type,
         LlmRequestRequested.event_type,
+        ToolCallResult.event_type,  # read only to verify the result item right after it
     }
     assert AgentContext.initial_state() == AgentContextState()
     assert not AgentContext.can_compact  # compacts by cutoff only, never by checkpoint
@@ -292,3 +294,51 @@ async def test_only_the_agents_own_appends_carry_verified_tool_calls() -> None:
     assistant = [i for i in state.history if i.role == "assistant"]
     assert [i.llm_request_offset for i in assistant] == [None, None, offset]
     await journal.close()
+
+
+def _results(log: Log) -> list[tuple[int, bool]]:
+    return [(i.offset, i.verified_result) for i in log.state().history if i.tool_call_id]
+
+
+def test_only_the_item_right_after_its_tool_call_result_is_a_verified_result() -> None:
+    log = Log()
+    tool = Actor(type="tool")
+    claim = log.add("developer", "early", actor=tool, tool_call_id="c1")
+    genuine = log.result("c1", "out")
+    repeat = log.add("developer", "again", actor=tool, tool_call_id="c1")
+    log.append(ToolCallResult(tool_call_id="c2", name="t"))
+    other_id = log.add("developer", "wrong id", actor=tool, tool_call_id="c3")
+    log.append(ToolCallResult(tool_call_id="c4", name="t"))
+    log.add("user", "in between")
+    late = log.add("developer", "late", actor=tool, tool_call_id="c4")
+    log.append(ToolCallResult(tool_call_id="c5", name="t"))
+    log.request()
+    after_request = log.add("developer", "after a request", actor=tool, tool_call_id="c5")
+    assert _results(log) == [
+        (claim, False),
+        (genuine, True),
+        (repeat, False),
+        (other_id, False),
+        (late, False),
+        (after_request, False),
+    ]
+    assert log.state().tool_result is None  # nothing is kept once an item followed
+
+
+async def test_a_warm_read_between_a_result_and_its_item_equals_the_cold_fold() -> None:
+    result = ToolCallResult(tool_call_id="c1", name="t", content="out")
+    events = [result, tool_result_item(result), ContextAdded(role="user", content="next")]
+    journal = cf.open_journal("memory://")
+    async with journal:
+        await journal.append("agent-1", events[:1])
+        warm = await journal.fold(AgentContext, "agent-1")
+        await journal.append("agent-1", events[1:])
+        state = await journal.fold(AgentContext, "agent-1")
+        # The runtime's way: evidence and item in one append.
+        await journal.append("agent-2", events[:2])
+        together = await journal.fold(AgentContext, "agent-2")
+    assert warm.tool_result == (1, "c1")
+    pure = fold_context(Envelope.make(e, position=i + 1) for i, e in enumerate(events))
+    assert state == pure
+    assert [i.verified_result for i in state.history] == [True, False]
+    assert [i.verified_result for i in together.history] == [True]

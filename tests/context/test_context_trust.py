@@ -16,6 +16,7 @@ from contextfold.context import (
     CompactionMeta,
     ContextItem,
     ModelToolCall,
+    PrefixMessage,
     RequestHeader,
     actor_types,
     build_request,
@@ -23,6 +24,7 @@ from contextfold.context import (
     may_call_tools,
     parse_item_header,
     register_actor_type,
+    render_item,
     wire_role,
 )
 from contextfold.context.trust import trusted_extensions
@@ -90,7 +92,10 @@ def test_fixed_roles(actor: str | None, native: bool) -> None:
     assert wire_role(_item("assistant", actor), native) == "assistant"
     summary = _item("developer", actor, compaction=CompactionMeta(replaces_history_through=1))
     assert wire_role(summary, native) == "user"
-    assert wire_role(_item("developer", actor, tool_call_id="c1"), native) == "tool"
+    # A call id is a claim: only a result the projection verified is a tool result.
+    assert wire_role(_item("developer", actor, tool_call_id="c1"), native) == "user"
+    genuine = _item("developer", actor, tool_call_id="c1", verified_result=True)
+    assert wire_role(genuine, native) == "tool"
 
 
 def test_only_verified_assistant_items_may_call_tools() -> None:
@@ -127,8 +132,10 @@ _ROLES = st.sampled_from(["system", "developer", "user", "assistant"])
 @st.composite
 def _events(draw: st.DrawFn) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    # Some runs are system-lane heavy, so trusted and untrusted system items mix in any order.
+    roles = st.one_of(_ROLES, st.just("system")) if draw(st.booleans()) else _ROLES
     for _ in range(draw(st.integers(1, 12))):
-        role = draw(_ROLES)
+        role = draw(roles)
         fields: dict[str, Any] = {"role": role, "content": draw(st.text(max_size=20))}
         actor = draw(_ACTORS)
         if actor is not None:
@@ -136,9 +143,22 @@ def _events(draw: st.DrawFn) -> list[dict[str, Any]]:
         if role in ("developer", "user") and draw(st.booleans()):
             fields["tool_call_id"] = draw(st.sampled_from(["c1", "c2"]))
         if draw(st.booleans()):
-            fields["key"] = draw(st.sampled_from(["a", "b"]))
+            fields["key"] = draw(st.sampled_from(["a", "b", "agent/system-prompt"]))
+        fields["publish_before"] = draw(st.integers(0, 3)) == 0  # a request first
         out.append(fields)
     return out
+
+
+_PREFIXES = st.sampled_from(
+    [
+        (),
+        (PrefixMessage(role="developer", content="<skills>deploy</skills>"),),
+        (
+            PrefixMessage(role="user", content="<env>ci</env>"),
+            PrefixMessage(role="assistant", content="ok"),
+        ),
+    ]
+)
 
 
 def _wire_texts(body: dict[str, Any], transport: str) -> list[tuple[str, str]]:
@@ -155,13 +175,15 @@ def _wire_texts(body: dict[str, Any], transport: str) -> list[tuple[str, str]]:
     return [(m["role"], m.get("content") or "") for m in body["messages"]]
 
 
-@given(_events(), st.booleans(), st.sampled_from(TRANSPORTS), st.booleans())
+@given(_events(), st.booleans(), st.sampled_from(TRANSPORTS), st.booleans(), _PREFIXES)
 def test_no_external_content_reaches_system_or_developer(
-    events: list[dict[str, Any]], native: bool, transport: Any, trust_scheduler: bool
+    events: list[dict[str, Any]],
+    native: bool,
+    transport: Any,
+    trust_scheduler: bool,
+    prefix: tuple[PrefixMessage, ...],
 ) -> None:
     log = Log()
-    for fields in events:
-        log.add(**fields)
     trusted = ("test-scheduler",) if trust_scheduler else ()
     header = RequestHeader(
         transport=transport,
@@ -169,7 +191,12 @@ def test_no_external_content_reaches_system_or_developer(
         max_tokens=10,
         developer_role=native,
         trusted_actor_types=trusted,
+        session_prefix=prefix,
     )
+    for fields in events:
+        if fields.pop("publish_before"):
+            log.request(header)
+        log.add(**fields)
     log.request(header)
     state = log.state()
     request = build_request(state)
@@ -196,3 +223,16 @@ def test_no_external_content_reaches_system_or_developer(
         found = parse_item_header(text)
         if role in ("system", "developer") and found is not None:
             assert found.offset not in untrusted
+    # Wherever untrusted system-lane items sit, every trusted one keeps instruction
+    # precedence: Anthropic's system parameter, or ahead of OpenAI's first user message.
+    instructions = _instruction_texts(body, transport)
+    for item in state.system:
+        assert (render_item(item) in instructions) == (item.offset not in untrusted)
+
+
+def _instruction_texts(body: dict[str, Any], transport: str) -> list[str]:
+    texts = _wire_texts(body, transport)
+    if transport == "anthropic":
+        return [text for role, text in texts if role == "system"]
+    first_user = next(i for i, (role, _) in enumerate(texts) if role == "user")
+    return [text for role, text in texts[:first_user] if role in ("system", "developer")]

@@ -12,6 +12,12 @@ Keyed slots and the publication boundary (one slot per key per lane):
 Unkeyed items always append. A compaction summary is handed to
 :func:`contextfold.context.compaction.apply_compaction`.
 
+Tool results: an item is a verified result (``ContextItem.verified_result``) only when the
+event just before it is a ``ToolCallResult`` with the same ``tool_call_id``, which is how
+the runtime appends a result (both in one append). Any other item claiming a call id is
+content, so an item appended ahead of the real result cannot take its place. The fold
+remembers only the latest unfollowed ``ToolCallResult`` (position and id), nothing more.
+
 ``AgentContext`` is the ready fold; the ``reduce_*`` functions are the same handlers as
 plain functions.
 """
@@ -25,11 +31,17 @@ from typing import Any
 from ..events import Envelope
 from ..folds.fold import Fold
 from .compaction import apply_compaction
-from .events import ContextAdded, LlmRequestRequested
+from .events import ContextAdded, LlmRequestRequested, ToolCallResult
 from .state import AgentContextState, ContextItem
 from .trust import is_trusted
 
-__all__ = ["AgentContext", "fold_context", "reduce_context_added", "reduce_request"]
+__all__ = [
+    "AgentContext",
+    "fold_context",
+    "reduce_context_added",
+    "reduce_request",
+    "reduce_tool_result",
+]
 
 AgentContext: Fold[AgentContextState] = Fold(
     "agent_context",
@@ -40,7 +52,8 @@ AgentContext: Fold[AgentContextState] = Fold(
     # events alone, so a live request read from a checkpoint could differ from its rebuild.
     compactable=False,
 )
-"""The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes."""
+"""The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes
+(``ToolCallResult`` only verifies the result item that follows it)."""
 
 
 AGENT_WRITER = "agent"
@@ -66,6 +79,12 @@ def _item(state: AgentContextState, ev: Envelope[ContextAdded]) -> ContextItem:
         and _is_request(state, claimed)
         else None
     )
+    # Positions are consecutive within one append, and the runtime writes the evidence
+    # first: nothing else can sit between a genuine result and its item.
+    verified_result = p.tool_call_id is not None and state.tool_result == (
+        ev.position - 1,
+        p.tool_call_id,
+    )
     return ContextItem(
         offset=ev.position,
         role=p.role,
@@ -77,6 +96,7 @@ def _item(state: AgentContextState, ev: Envelope[ContextAdded]) -> ContextItem:
         tool_calls=p.tool_calls,
         llm_request_offset=verified,
         tool_call_id=p.tool_call_id,
+        verified_result=verified_result,
         compaction=p.compaction,
     )
 
@@ -102,6 +122,8 @@ def _place(
 def reduce_context_added(state: AgentContextState, ev: Envelope[ContextAdded]) -> AgentContextState:
     """Add one item: keyed slot rules, or compaction for a summary."""
     item = _item(state, ev)
+    if state.tool_result is not None:
+        state = state.model_copy(update={"tool_result": None})  # only this position could match
     if item.compaction is not None:
         return apply_compaction(state, item)
     if item.role == "system":
@@ -128,6 +150,12 @@ def reduce_request(
             "request_offsets": (*state.request_offsets, offset),
         }
     )
+
+
+@AgentContext.on(ToolCallResult)
+def reduce_tool_result(state: AgentContextState, ev: Envelope[ToolCallResult]) -> AgentContextState:
+    """Remember the result, so the item appended with it can be verified as its record."""
+    return state.model_copy(update={"tool_result": (ev.position, ev.payload.tool_call_id)})
 
 
 def fold_context(

@@ -3,11 +3,12 @@
 Layout of every request (pure; the same state and header give equal requests):
 
 - ``system``: :data:`PROTOCOL`, the one stable text explaining item headers;
-- the header's system prompt (a ``system`` message), then the system lane, then the
-  session prefix messages; the last of these marks the end of the stable prefix
-  (``cache_breakpoint``);
-- history, one message per item; the last item carries a ``cache_breakpoint``, so the
-  next request (whose tail differs) can read the conversation from the cache;
+- the header's system prompt (a ``system`` message), then the system lane's trusted
+  items, then the session prefix messages; the last of these marks the end of the stable
+  prefix (``cache_breakpoint``);
+- the system lane's untrusted items (sent as ``user``), then history, one message per
+  item; the last item carries a ``cache_breakpoint``, so the next request (whose tail
+  differs) can read the conversation from the cache;
 - the tail: the request event's journal time, in its own message after every item
   (also a ``cache_breakpoint``), so the changing timestamp never invalidates the
   cached conversation before it.
@@ -24,7 +25,8 @@ like everything else, trust is read from the journal, so a rebuild gives the sam
 Tool calls are sent only on an assistant item whose request offset the projection
 verified, and a call id only once; other calls are appended to the content as plain
 text (``unverified tool calls, not executed: [...]``). A tool result is a ``tool``
-message when it answers such a call not yet answered, else a ``user`` message.
+message when the projection verified it (the runtime's own record) and it answers such
+a call not yet answered, else a ``user`` message.
 Answering every sent call before requesting is the runtime's job (the wire renderers
 refuse an unanswered call).
 """
@@ -330,18 +332,27 @@ def build_request(
     developer = header.has_developer_role
     trusted = header.trusted_actor_types  # from the journal, never the live registry
 
+    lane = [
+        NeutralMessage(role=wire_role(i, developer, trusted), content=render_item(i))
+        for i in system
+    ]
+    # Untrusted system-lane items (user on the wire) go after the trusted prefix, ahead of
+    # history: in lane order one would end Anthropic's leading system run, demoting every
+    # trusted item after it. So the cached instruction prefix never depends on external
+    # items (one arriving costs only the history after it, like any system-lane append);
+    # sorting here rather than at projection time keeps them compaction-immune and leaves
+    # trust to each request's header, as for every other role decision.
+    downgraded = [m for m in lane if m.role == "user"]
     messages: list[NeutralMessage] = []
     if header.system_prompt:
         messages.append(NeutralMessage(role="system", content=header.system_prompt))
-    messages.extend(
-        NeutralMessage(role=wire_role(i, developer, trusted), content=render_item(i))
-        for i in system
-    )
+    messages.extend(m for m in lane if m.role != "user")
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
 
     pairing = _Pairing()
-    items = [pairing.message(item, wire_role(item, developer, trusted)) for item in history]
+    items = [*downgraded]
+    items.extend(pairing.message(item, wire_role(item, developer, trusted)) for item in history)
     _with_breakpoint(items)
     messages.extend(items)
     if timestamp is not None:

@@ -2,7 +2,8 @@
 
 State is frozen pydantic data (tuples for sequences), so a fold can checkpoint it and
 every reader can share it. There is no ordering field: the system lane renders first,
-then history, each in lane order; item offsets are journal coordinates, not a sort key.
+then history, each in lane order (except that untrusted system items follow the trusted
+prefix, see ``request``); item offsets are journal coordinates, not a sort key.
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ class ContextItem(BaseModel):
     """The answered request's offset, only when verified: a real request of this stream
     before the item, on an item from a trusted (or no) actor. Unverified claims are dropped."""
     tool_call_id: str | None = None
+    verified_result: bool = False
+    """True only on the item the runtime wrote for a tool execution: the ``ToolCallResult``
+    with the same ``tool_call_id`` is the event just before it (the same append). Only such
+    an item may answer a call; any other ``tool_call_id`` is a claim, rendered as user text."""
     compaction: CompactionMeta | None = None
 
 
@@ -72,6 +77,9 @@ class AgentContextState(BaseModel):
     """Offsets of every request of the stream, ascending (verifies request offsets)."""
     compacted_through: int = 0
     """Cutoff of the latest applied compaction (0: none)."""
+    tool_result: tuple[int, str] | None = None
+    """Position and ``tool_call_id`` of a ``ToolCallResult`` no item has followed yet: the
+    ``ContextAdded`` at the next position with that id is its genuine model-visible item."""
 
     def lane(self, role: Role) -> tuple[ContextItem, ...]:
         """The lane an item of ``role`` belongs to."""
@@ -85,5 +93,5 @@ class AgentContextState(BaseModel):
 
     @property
     def items(self) -> tuple[ContextItem, ...]:
-        """Both lanes in render order: system, then history."""
+        """Both lanes in lane order: system, then history."""
         return (*self.system, *self.history)

@@ -9,7 +9,9 @@ precedence just because an application filed it as developer (or system) context
 - actorless and trusted developer items are ``developer`` on a transport with a native
   developer role and ``system`` elsewhere; trusted system items are ``system``;
 - a compaction summary is ``user``: a faithful summary can quote untrusted text;
-- a tool result is ``tool`` (``build_request`` sends one it cannot pair as ``user``);
+- a tool result is ``tool`` only when the projection verified it as the runtime's own
+  record (``ContextItem.verified_result``; ``build_request`` sends one it cannot pair as
+  ``user``); any other item with a ``tool_call_id`` is untrusted content: ``user``;
 - assistant items are ``assistant``; only :func:`may_call_tools` items keep tool calls.
 
 A human is untrusted here too: a ``user`` actor on a developer item gets the user role.
@@ -124,7 +126,7 @@ def wire_role(
     ``trusted_actor_types``); every other non-built-in type is untrusted.
     """
     if item.tool_call_id is not None:
-        return "tool"
+        return "tool" if item.verified_result else "user"
     if item.compaction is not None or item.role == "user":
         return "user"
     if item.role == "assistant":
