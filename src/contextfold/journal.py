@@ -34,6 +34,7 @@ from .store.base import (
     check_namespace,
     check_stream,
 )
+from .store.urls import parse_store_url
 
 if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
     from .render.neutral import RenderedRequest
@@ -74,30 +75,22 @@ def _new_id() -> str:
 def store_from_url(url: str, **options: Any) -> Store:
     """A store for ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs.db``,
     ``sqlite:///:memory:`` or ``postgresql://…``. Raises InvalidInputError for others."""
-    if not isinstance(url, str):
-        raise InvalidInputError(f"journal URL must be a str, got {type(url).__name__}")
-    if url in ("memory://", "memory:"):
+    parsed = parse_store_url(url, what="journal")
+    if parsed.scheme == "memory":
         from .store.memory import MemoryStore
 
         return MemoryStore()
-    if url.startswith("sqlite:///"):
+    if parsed.scheme == "sqlite":
         from .store.sqlite import SQLiteStore
 
-        path = url[len("sqlite:///") :]
-        if not path:
-            raise InvalidInputError(f"{url!r} names no file: use sqlite:///path/to/journal.db")
-        return SQLiteStore(path, **options)
-    if url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
-        try:
-            from .store.postgres import PostgresStore
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise InvalidInputError(
-                "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
-            ) from exc
-        return PostgresStore(url.replace("postgresql+psycopg://", "postgresql://"), **options)
-    raise InvalidInputError(
-        f"unknown journal URL {url!r}: use memory://, sqlite:///path.db or postgresql://…"
-    )
+        return SQLiteStore(parsed.target, **options)
+    try:
+        from .store.postgres import PostgresStore
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise InvalidInputError(
+            "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
+        ) from exc
+    return PostgresStore(parsed.target, **options)
 
 
 class Journal:

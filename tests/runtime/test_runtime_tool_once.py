@@ -221,15 +221,20 @@ async def test_a_tool_receives_its_call_id_and_a_stable_idempotency_key(
 
     call = ToolCall(id="call-7", name="refund", arguments='{"order": "A1"}')
     made = Tool.from_function(refund)
-    assert (await made.call(call, ToolContext("call-7", "refund", "s1"))).output == "ok"
-    assert (await made.call(call, ToolContext("call-7", "refund", "s1", resumed=True))).output
-    await made.call(call, ToolContext("call-7", "refund", "s2"))
-    await made.call(call)  # outside an agent: a context without a stream
-    one, rerun, other_stream, outside = contexts
-    assert (one.call_id, one.stream) == ("call-7", "s1") and outside.stream is None
+    for context in (
+        ToolContext("call-7", "refund", "s1"),
+        ToolContext("call-7", "refund", "s1", resumed=True),
+        ToolContext("call-8", "refund", "s1"),
+        ToolContext("call-7", "refund", "s2"),
+        None,  # outside an agent: a context without a stream
+    ):
+        assert (await made.call(call, context)).output == "ok"
+    one, rerun, other_call, other_stream, outside = contexts
+    assert (one.call_id, one.stream) == ("call-7", "s1")
+    assert (outside.call_id, outside.stream) == ("call-7", None)
     assert one.idempotency_key == rerun.idempotency_key  # stable across runs of one call
-    assert len({one.idempotency_key, other_stream.idempotency_key, outside.idempotency_key}) == 3
-    assert len(one.idempotency_key) == 64 and int(one.idempotency_key, 16) >= 0
+    keys = {c.idempotency_key for c in (one, other_call, other_stream, outside)}
+    assert len(keys) == 4 and all(len(k) == 64 and int(k, 16) >= 0 for k in keys)
 
     # Through the agent: the recorded call id and the agent's stream.
     def answer(request: NeutralRequest) -> ModelOutput | str:

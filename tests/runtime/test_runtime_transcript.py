@@ -21,7 +21,7 @@ from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, O
 from contextfold.runtime.transcript import TranscriptObserver
 from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
 from contextfold.transcript.parts import TextPart, ToolPart
-from contextfold.transcript.persist import TranscriptStore
+from contextfold.transcript.store.base import TranscriptStore
 
 SESSION = "session-1"
 

@@ -35,7 +35,7 @@ from ..errors import ContextfoldError
 from ..journal import Journal
 from ..store.base import check_namespace
 from ..transcript.bus import TranscriptBus
-from ..transcript.persist import TranscriptStore
+from ..transcript.store.base import TranscriptStore
 from .auth import BearerAuth
 from .body import DEFAULT_MAX_BODY_BYTES
 from .errors import handle_exception

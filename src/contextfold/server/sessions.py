@@ -15,7 +15,7 @@ from ..errors import InvalidInputError
 from ..transcript.bus import Subscription, TranscriptBus, encode_bus_event
 from ..transcript.history import compacted_history
 from ..transcript.parts import MessageWithParts
-from ..transcript.persist import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, TranscriptStore, check_session
+from ..transcript.store.base import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE, TranscriptStore, check_session
 from .body import query_int, resolve_namespace
 from .encode import transcript_json
 from .errors import NotFoundError
