@@ -39,7 +39,7 @@ def _make(request: pytest.FixtureRequest, tmp_path: Path) -> TranscriptStore:
     if request.param == "sqlite":
         return SQLiteTranscriptStore(tmp_path / "transcript.db")
     dsn = request.getfixturevalue("pg_dsn")  # skips first when PostgreSQL is not there
-    from contextfold.transcript.postgres import PostgresTranscriptStore
+    from contextfold.transcript.store.postgres import PostgresTranscriptStore
 
     return PostgresTranscriptStore(dsn)
 
@@ -79,7 +79,7 @@ def raw_rows() -> RawRows:
         else:
             import psycopg
 
-            from contextfold.transcript.postgres import PostgresTranscriptStore
+            from contextfold.transcript.store.postgres import PostgresTranscriptStore
 
             assert isinstance(store, PostgresTranscriptStore)
             async with await psycopg.AsyncConnection.connect(store.dsn) as aconn:

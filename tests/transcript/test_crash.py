@@ -114,7 +114,7 @@ async def test_cleanup_after_sigkill_closes_every_unfinished_part(tmp_path: Path
         result = await store.cleanup_unfinished(S, now="t-cleanup")
         assert {p.id for p in result.parts} == {"text", "tool"}
         assert await store.unfinished(S) == ((), ())
-        assert not await store.cleanup_unfinished(S)  # a second run has nothing to do
+        assert not await store.cleanup_unfinished(S, now="t-again")  # nothing left to do
 
         history = await read_history(store, S)
     user, answer = history

@@ -1,8 +1,13 @@
-"""The transcript stores on real SQLite files and a real PostgreSQL server."""
+"""The transcript stores beyond their contract: the URL factory, the package's import
+graph, memory against SQLite, and what only one backend can show (a failed SQLite open, an
+unreachable or refusing PostgreSQL server)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,22 +15,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextfold.errors import InvalidCursorError, InvalidInputError, StoreUnavailableError
+import contextfold.transcript
+from contextfold.errors import InvalidInputError, StoreError, StoreUnavailableError
 from contextfold.transcript import (
-    INTERRUPTED,
-    FilePart,
+    MemoryTranscriptStore,
     Message,
-    MessageWithParts,
     Part,
+    PatchPart,
     ReasoningPart,
     SQLiteTranscriptStore,
     StepFinishPart,
     TextPart,
     ToolPart,
     TranscriptStore,
-    Usage,
     open_transcript_store,
-    read_history,
 )
 
 S = "session-1"
@@ -36,184 +39,182 @@ def message(index: int, session: str = S, **kwargs: Any) -> Message:
     return Message(id=f"m{index:04d}", session=session, role=role, created=f"t{index}", **kwargs)
 
 
-async def test_pagination_reads_the_full_history_once_in_order(store: TranscriptStore) -> None:
-    # Ids in descending order: the order is the order of first writes, not of ids.
-    messages = [
-        Message(id=f"z{999 - i:03d}", session=S, role="user", created="same-time")
-        for i in range(250)
+# -- the factory ------------------------------------------------------------------------------
+
+
+async def test_open_transcript_store_picks_the_backend_by_scheme(tmp_path: Path) -> None:
+    memory = open_transcript_store("memory://", namespace="tenant")
+    assert isinstance(memory, MemoryTranscriptStore) and memory.namespace == "tenant"
+    await memory.write_message(message(1))
+    assert [m.id for m in (await memory.page_messages(S)).messages] == ["m0001"]
+    assert (await open_transcript_store("memory:").page_messages(S)).messages == ()  # its own
+
+    path = tmp_path / "t.db"
+    on_disk = open_transcript_store(f"sqlite:///{path}", synchronous="FULL")
+    assert isinstance(on_disk, SQLiteTranscriptStore) and on_disk.path == str(path)
+    async with on_disk:
+        await on_disk.write_message(message(1))
+    assert path.exists()
+    private = open_transcript_store("sqlite:///:memory:")
+    assert isinstance(private, SQLiteTranscriptStore) and private.path == ":memory:"
+
+    from contextfold.transcript.store.postgres import PostgresTranscriptStore
+
+    for url in ("postgresql://u@h/db", "postgres://u@h/db", "postgresql+psycopg://u@h/db"):
+        pg = open_transcript_store(url, namespace="n")
+        assert isinstance(pg, PostgresTranscriptStore)
+        assert (pg.dsn, pg.namespace) == ("postgresql://u@h/db", "n")
+
+
+def test_open_transcript_store_refuses_other_urls_as_the_journal_does() -> None:
+    import contextfold as cf
+
+    cases = [
+        ("mysql://root:hunter2@db/x", "unknown transcript URL"),
+        ("sqlite:///", "names no file"),
+        ("sqlite://relative.db", "unknown transcript URL"),
+        (42, "must be a str"),
     ]
-    for start in range(0, 250, 50):
-        await store.write(messages=messages[start : start + 50])
-    await store.write(messages=[message(0, session="other-session")])
-
-    seen: list[Message] = []
-    cursors: list[str | None] = []
-    cursor: str | None = None
-    while True:
-        page = await store.page_messages(S, after=cursor, limit=40)
-        assert len(page.messages) <= 40
-        seen.extend(page.messages)
-        cursors.append(page.cursor)
-        cursor = page.cursor
-        if not page.more:
-            break
-    assert seen == messages  # every message once, in order, none of another session
-    assert len(cursors) == 7  # 6 full pages and one of 10
-    assert [len(seen[i : i + 40]) for i in range(0, 250, 40)] == [40] * 6 + [10]
-
-    # A cursor round trip: resuming from any page's cursor gives exactly the rest.
-    resumed = await store.page_messages(S, after=cursors[2], limit=1000)
-    assert resumed.messages == tuple(messages[120:]) and not resumed.more
-    # At the end, an empty page keeps the cursor, and new messages appear after it.
-    end = await store.page_messages(S, after=cursor, limit=40)
-    assert end.messages == () and end.cursor == cursor and not end.more
-    late = message(9999)
-    await store.write_message(late)
-    assert (await store.page_messages(S, after=cursor)).messages == (late,)
+    for url, words in cases:
+        with pytest.raises(InvalidInputError, match=words) as info:
+            open_transcript_store(url)  # type: ignore[arg-type]
+        assert "hunter2" not in str(info.value)
+        # The journal reads URLs with the same parser: same refusal, its own noun.
+        journal_words = words.replace("transcript", "journal")
+        with pytest.raises(InvalidInputError, match=journal_words):
+            cf.open_journal(url)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="namespace"):
+        open_transcript_store("memory://", namespace="")
 
 
-async def test_an_upsert_overwrites_and_keeps_the_place(store: TranscriptStore) -> None:
-    first, second = message(1), message(2)
-    await store.write(messages=[first, second])
-    finished = first.model_copy(update={"finish": "stop", "completed": "t9"})
-    await store.write_message(finished)
-    page = await store.page_messages(S)
-    assert page.messages == (finished, second)
-    part = TextPart(id="p", session=S, message_id=first.id, start="t1")
-    await store.write_part(part)
-    done = part.model_copy(update={"text": "all", "end": "t2"})
-    await store.write_part(done)
-    assert await store.parts_of(S, [first.id]) == {first.id: (done,)}
-    assert await store.get_part(S, "p") == done
-    assert await store.get_message(S, first.id) == finished
-    assert await store.get_message(S, "missing") is None and await store.get_part(S, "x") is None
+def _imports(path: Path, package: str) -> set[str]:
+    """Modules of ``package``'s tree imported anywhere in the file, but for type checking."""
+    tree = ast.parse(path.read_text())
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped or not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = package.split(".")
+        base = base[: len(base) - node.level + 1]
+        target = ".".join([*base, *(node.module.split(".") if node.module else [])])
+        names = [f"{target}.{a.name}" for a in node.names] if node.module is None else [target]
+        found.update(names)
+    return found
 
 
-async def test_parts_come_in_creation_order_per_message(store: TranscriptStore) -> None:
-    a, b = message(1), message(3)
-    await store.write(messages=[a, b])
-    kinds: list[Part] = [
-        StepFinishPart(
-            id="z", session=S, message_id=a.id, time="t", reason="stop", usage=Usage(input=1)
+def test_no_transcript_module_imports_its_own_importer() -> None:
+    """The factory reaches backends lazily; no import chain in the transcript package
+    (function-level imports included) comes back to where it started."""
+    root = Path(contextfold.transcript.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        parts = ["contextfold", "transcript", *path.relative_to(root).with_suffix("").parts]
+        is_package = parts[-1] == "__init__"
+        name = ".".join(parts[:-1] if is_package else parts)
+        package = name if is_package else name.rsplit(".", 1)[0]
+        graph[name] = _imports(path, package)
+    assert "contextfold.transcript.store.factory" in graph
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack: list[tuple[str, list[str]]] = [(start, [start])]
+        seen: set[str] = set()
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start:
+                    return [*trail, nxt]
+                if nxt not in seen and nxt in graph:
+                    seen.add(nxt)
+                    stack.append((nxt, [*trail, nxt]))
+        return None
+
+    cycles = [c for c in map(cycle_from, sorted(graph)) if c is not None]
+    assert cycles == []
+
+
+# -- memory and SQLite agree -------------------------------------------------------------------
+
+_ids = st.sampled_from(["a", "b", "c", "d"])
+_sessions = st.sampled_from([S, "other"])
+_times = st.sampled_from(["t1", "t2", "t3", "T", ""])
+
+
+@st.composite
+def _messages(draw: st.DrawFn) -> Message:
+    return Message(
+        id=draw(_ids),
+        session=draw(_sessions),
+        role=draw(st.sampled_from(["user", "assistant"])),
+        created=draw(_times),
+        completed=draw(st.none() | _times),
+    )
+
+
+@st.composite
+def _parts(draw: st.DrawFn) -> Part:
+    common = {"id": draw(_ids), "session": draw(_sessions), "message_id": draw(_ids)}
+    if draw(st.booleans()):
+        return TextPart(
+            **common, text=draw(st.text(max_size=5)), start=draw(st.none() | _times), end=None
+        )
+    return ToolPart(
+        **common,
+        call_id="c",
+        tool="t",
+        state=draw(st.sampled_from(["pending", "running", "completed", "error"])),
+    )
+
+
+_ops = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("write"), st.lists(_messages(), max_size=3), st.lists(_parts(), max_size=3)
         ),
-        TextPart(id="y", session=S, message_id=b.id, text="for b"),
-        ReasoningPart(id="x", session=S, message_id=a.id, text="hmm"),
-        FilePart(id="w", session=S, message_id=a.id, mime="image/png", url="file:///a.png"),
-    ]
-    for part in kinds:
-        await store.write_part(part)
-    found = await store.parts_of(S, [a.id, b.id, "none"])
-    assert [p.id for p in found[a.id]] == ["z", "x", "w"]
-    assert [p.id for p in found[b.id]] == ["y"]
-    assert found["none"] == ()
-    assert await store.parts_of(S, []) == {}
-    history = await read_history(store, S, page_size=1)
-    assert history == (
-        MessageWithParts(message=a, parts=found[a.id]),
-        MessageWithParts(message=b, parts=found[b.id]),
-    )
+        st.tuples(st.just("cleanup"), _sessions, st.dictionaries(_ids, st.text(max_size=3))),
+    ),
+    max_size=12,
+)
 
 
-async def test_namespaces_never_see_each_other(store: TranscriptStore) -> None:
-    tenant = store.with_namespace("tenant-b")
-    await store.write_message(message(1))
-    await tenant.write_message(message(1).model_copy(update={"model": "b"}))
-    await tenant.write_part(TextPart(id="p", session=S, message_id="m0001", end="t"))
-    assert [m.model for m in (await store.page_messages(S)).messages] == [None]
-    assert [m.model for m in (await tenant.page_messages(S)).messages] == ["b"]
-    assert await store.parts_of(S, ["m0001"]) == {"m0001": ()}
-    assert [s.id for s in await store.sessions()] == [S]
+async def _observe(store: TranscriptStore, ops: Sequence[Any], page: int) -> list[Any]:
+    seen: list[Any] = []
+    tenant = store.with_namespace("tenant")
+    for kind, *args in ops:
+        if kind == "write":
+            await store.write(messages=args[0], parts=args[1])
+            await tenant.write(messages=args[0][:1])
+        else:
+            closed = await store.cleanup_unfinished(args[0], args[1], now="t-now")
+            seen.append(("closed", closed))
+    for session in (S, "other"):
+        cursor: str | None = None
+        while True:  # paging strips the cursors: only their effect must agree
+            got = await store.page_messages(session, after=cursor, limit=page)
+            ids = [m.id for m in got.messages]
+            seen.append((session, got.messages, got.more, await store.parts_of(session, ids)))
+            cursor = got.cursor
+            if not got.more:
+                break
+        seen.append(await store.unfinished(session))
+    seen.append(await store.sessions())
+    seen.append(await tenant.sessions())
+    return seen
 
 
-async def test_sessions_are_listed_with_their_times(store: TranscriptStore) -> None:
-    await store.write_message(message(1, session="b"))
-    await store.write_message(message(2, session="a"))
-    await store.write_message(message(1, session="b").model_copy(update={"completed": "t5"}))
-    sessions = await store.sessions()
-    assert [(s.id, s.created, s.updated) for s in sessions] == [
-        ("b", "t1", "t5"),
-        ("a", "t2", "t2"),
-    ]
-    assert len(await store.sessions(limit=1)) == 1
+@settings(max_examples=150, deadline=None)
+@given(ops=_ops, page=st.integers(1, 4))
+def test_memory_and_sqlite_agree_on_any_history(ops: list[Any], page: int) -> None:
+    async def run() -> None:
+        async with SQLiteTranscriptStore(":memory:") as sqlite_store:
+            expected = await _observe(sqlite_store, ops, page)
+        actual = await _observe(MemoryTranscriptStore(), ops, page)
+        assert actual == expected
 
-
-async def test_cleanup_closes_every_unfinished_row(store: TranscriptStore) -> None:
-    m = message(1)
-    await store.write_message(m)
-    await store.write(
-        parts=[
-            TextPart(id="t1", session=S, message_id=m.id, text="stored", start="t"),
-            TextPart(id="t2", session=S, message_id=m.id, start="t"),
-            ReasoningPart(id="r", session=S, message_id=m.id, start="t"),
-            ToolPart(id="c1", session=S, message_id=m.id, call_id="1", tool="a", state="pending"),
-            ToolPart(id="c2", session=S, message_id=m.id, call_id="2", tool="b", state="running"),
-            ToolPart(id="c3", session=S, message_id=m.id, call_id="3", tool="c", state="completed"),
-            TextPart(id="done", session=S, message_id=m.id, text="ok", end="t"),
-        ]
-    )
-    messages, parts = await store.unfinished(S)
-    assert [x.id for x in messages] == [m.id] and [p.id for p in parts] == [
-        "t1",
-        "t2",
-        "r",
-        "c1",
-        "c2",
-    ]
-
-    result = await store.cleanup_unfinished(S, {"t2": "confirmed text \n"}, now="t-clean")
-    assert [x.finish for x in result.messages] == [INTERRUPTED]
-    closed = {p.id: p for p in result.parts}
-    assert closed.keys() == {"t1", "t2", "r", "c1", "c2"}
-    assert closed["t1"].text == "stored" and closed["t2"].text == "confirmed text"  # type: ignore[union-attr]
-    assert closed["r"].end == "t-clean"  # type: ignore[union-attr]
-    assert {closed[c].state for c in ("c1", "c2")} == {"error"}  # type: ignore[union-attr]
-    assert await store.unfinished(S) == ((), ())
-    stored = await store.get_message(S, m.id)
-    assert stored is not None and stored.completed == "t-clean" and not stored.succeeded
-    assert (await store.parts_of(S, [m.id]))[m.id][-1].text == "ok"  # type: ignore[union-attr]
-    assert not await store.cleanup_unfinished(S)
-
-
-async def test_bad_arguments_are_refused(store: TranscriptStore) -> None:
-    with pytest.raises(InvalidCursorError, match="page_messages"):
-        await store.page_messages(S, after="42")
-    with pytest.raises(InvalidCursorError):
-        await store.page_messages(S, after=7)  # type: ignore[arg-type]
-    for limit in (0, -1, 1001, True, 2.5):
-        with pytest.raises(InvalidInputError, match="limit"):
-            await store.page_messages(S, limit=limit)  # type: ignore[arg-type]
-    with pytest.raises(InvalidInputError, match="session"):
-        await store.page_messages("")
-    with pytest.raises(InvalidInputError, match="not a Message"):
-        await store.write(messages=[TextPart(id="p", session=S, message_id="m")])  # type: ignore[list-item]
-    with pytest.raises(InvalidInputError, match="not a Part"):
-        await store.write(parts=[message(1)])  # type: ignore[list-item]
-    assert (await store.page_messages(S)).messages == ()
-
-
-async def test_a_failed_batch_writes_nothing(store: TranscriptStore) -> None:
-    good = message(1)
-    with pytest.raises(InvalidInputError):
-        await store.write(messages=[good, "not a message"])  # type: ignore[list-item]
-    assert (await store.page_messages(S)).messages == ()
-
-
-async def test_unicode_and_nul_round_trip(store: TranscriptStore) -> None:
-    m = message(1)
-    text = "nul\x00 emoji 🧪 rtl \u202e quotes \" ' \\ newline\n"
-    part = TextPart(id="p", session=S, message_id=m.id, text=text, end="t")
-    await store.write(messages=[m], parts=[part])
-    assert (await store.parts_of(S, [m.id]))[m.id] == (part,)
-
-
-async def test_closed_store_refuses(tmp_path: Any) -> None:
-    store = open_transcript_store(f"sqlite:///{tmp_path / 'x.db'}")
-    await store.open()
-    await store.close()
-    with pytest.raises(StoreUnavailableError):
-        await store.page_messages(S)
-    with pytest.raises(InvalidInputError, match="unknown transcript URL"):
-        open_transcript_store("mysql://x")
+    asyncio.run(run())
 
 
 json_text = st.text(max_size=40)
@@ -228,15 +229,20 @@ json_text = st.text(max_size=40)
     ),
     cost=st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False),
     files=st.lists(json_text, max_size=4).map(tuple),
+    backend=st.sampled_from([MemoryTranscriptStore, lambda: SQLiteTranscriptStore(":memory:")]),
 )
-def test_rows_round_trip_through_sqlite(
-    text: str, name: str, args: dict[str, Any], cost: float, files: tuple[str, ...]
+def test_rows_round_trip(
+    text: str,
+    name: str,
+    args: dict[str, Any],
+    cost: float,
+    files: tuple[str, ...],
+    backend: Any,
 ) -> None:
-    from contextfold.transcript import PatchPart
-
     m = Message(id="m", session=S, role="assistant", created=text, model=name or None)
     parts: list[Part] = [
         TextPart(id="a", session=S, message_id="m", text=text),
+        ReasoningPart(id="r", session=S, message_id="m", text=name, start=text),
         ToolPart(
             id="b", session=S, message_id="m", call_id=name, tool=name, input=args, output=text
         ),
@@ -245,7 +251,7 @@ def test_rows_round_trip_through_sqlite(
     ]
 
     async def run() -> None:
-        async with SQLiteTranscriptStore(":memory:") as store:
+        async with backend() as store:
             await store.write(messages=[m], parts=parts)
             assert (await store.page_messages(S)).messages == (m,)
             assert (await store.parts_of(S, ["m"]))["m"] == tuple(parts)
@@ -253,10 +259,38 @@ def test_rows_round_trip_through_sqlite(
     asyncio.run(run())
 
 
-async def test_concurrent_first_use_opens_once(unopened_store: TranscriptStore) -> None:
-    await asyncio.gather(*(unopened_store.write_message(message(i)) for i in range(10)))
-    pages = await asyncio.gather(*(unopened_store.page_messages(S) for _ in range(10)))
-    assert all(len(p.messages) == 10 for p in pages)
+async def test_memory_rows_do_not_change_with_the_callers_objects() -> None:
+    """As in SQLite, a row is stored as its JSON: mutating what was written changes nothing."""
+    store = MemoryTranscriptStore()
+    tool_input: dict[str, Any] = {"cmd": "ls"}
+    part = ToolPart(
+        id="c",
+        session=S,
+        message_id="m",
+        call_id="1",
+        tool="sh",
+        state="completed",
+        input=tool_input,
+    )
+    await store.write_part(part)
+    tool_input["cmd"] = "rm -rf /"
+    stored = await store.get_part(S, "c")
+    assert isinstance(stored, ToolPart) and stored.input == {"cmd": "ls"}
+
+
+# -- one backend only ---------------------------------------------------------------------------
+
+
+async def test_a_stored_row_that_no_longer_decodes_names_its_session(tmp_path: Path) -> None:
+    path = tmp_path / "t.db"
+    async with SQLiteTranscriptStore(path) as store:
+        await store.write_message(message(1))
+    with sqlite3.connect(path) as raw:
+        raw.execute('UPDATE cf_transcript_messages SET data = \'{"id": "m0001"}\'')
+    raw.close()
+    async with SQLiteTranscriptStore(path) as store:
+        with pytest.raises(StoreError, match=f"message row of session '{S}' no longer decodes"):
+            await store.page_messages(S)
 
 
 async def test_a_failed_sqlite_open_is_retried_on_the_next_call(tmp_path: Path) -> None:
@@ -274,7 +308,7 @@ async def test_a_failed_sqlite_open_is_retried_on_the_next_call(tmp_path: Path) 
 
 
 async def test_postgres_unreachable_is_unavailable_and_hides_the_password() -> None:
-    from contextfold.transcript.postgres import PostgresTranscriptStore
+    from contextfold.transcript.store.postgres import PostgresTranscriptStore
 
     store = PostgresTranscriptStore("postgresql://nobody:secret@127.0.0.1:1/none", timeout=1.0)
     with pytest.raises(StoreUnavailableError, match="opening the transcript store") as info:
@@ -292,7 +326,7 @@ async def test_postgres_refused_statement_is_a_store_error_not_unavailable(pg_ds
     from psycopg import sql
 
     from contextfold.errors import StoreError
-    from contextfold.transcript.postgres import PostgresTranscriptStore
+    from contextfold.transcript.store.postgres import PostgresTranscriptStore
 
     with psycopg.connect(pg_dsn, autocommit=True) as admin:
         name = admin.execute("SELECT current_database()").fetchone()[0]  # type: ignore[index]
@@ -318,7 +352,7 @@ async def test_postgres_closed_during_its_first_open_leaves_no_pool_open(
 ) -> None:
     """close() while the first open is still connecting: the pool that open makes is closed
     too, not left running behind a store that says it is closed."""
-    from contextfold.transcript.postgres import PostgresTranscriptStore
+    from contextfold.transcript.store.postgres import PostgresTranscriptStore
 
     store = PostgresTranscriptStore(pg_dsn)
     opening = asyncio.Event()

@@ -331,7 +331,7 @@ async def test_interrupt_closes_open_rows_with_confirmed_text(store: TranscriptS
     ) == 3
     assert writer.confirmed(S) == {}
     assert await store.unfinished(S) == ((), ())
-    assert not (await store.cleanup_unfinished(S))  # nothing left to close
+    assert not (await store.cleanup_unfinished(S, now="t4"))  # nothing left to close
 
 
 async def test_journal_holds_boundaries_only_and_rebuilds_the_rows(

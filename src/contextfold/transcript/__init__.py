@@ -1,8 +1,9 @@
 """The transcript: Message and Part rows projected for UIs, the bus, and the streaming
 persistence policy (deltas on the bus only, rows at boundaries, cleanup after a crash).
 
-``PostgresTranscriptStore`` lives in :mod:`contextfold.transcript.postgres` (it needs the
-``postgres`` extra); :func:`open_transcript_store` picks a backend from a URL.
+The stores live in :mod:`contextfold.transcript.store` (``PostgresTranscriptStore`` in its
+``postgres`` module, which needs the ``postgres`` extra); :func:`open_transcript_store`
+picks a backend from a URL.
 """
 
 from .bus import (
@@ -36,9 +37,16 @@ from .parts import (
     close_part,
     is_unfinished,
 )
-from .persist import CleanupResult, MessagePage, SessionInfo, TranscriptStore, open_transcript_store
 from .projector import project, rebuild
-from .sqlite import SQLiteTranscriptStore
+from .store import (
+    CleanupResult,
+    MemoryTranscriptStore,
+    MessagePage,
+    SessionInfo,
+    SQLiteTranscriptStore,
+    TranscriptStore,
+    open_transcript_store,
+)
 from .stream import (
     CompactionRequested,
     MessageFinished,
@@ -68,6 +76,7 @@ __all__ = [
     "CompactionPart",
     "CompactionRequested",
     "FilePart",
+    "MemoryTranscriptStore",
     "Message",
     "MessageFinished",
     "MessagePage",

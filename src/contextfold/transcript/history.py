@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .parts import CompactionPart, MessageWithParts
-from .persist import DEFAULT_PAGE_SIZE, TranscriptStore
+from .store.base import DEFAULT_PAGE_SIZE, TranscriptStore
 
 __all__ = ["compacted_history", "filter_compacted", "is_compaction_boundary", "read_history"]
 

@@ -45,7 +45,7 @@ from .stream import (
 
 if TYPE_CHECKING:
     from ..journal import Journal
-    from .persist import TranscriptStore
+    from .store.base import TranscriptStore
 
 __all__ = ["BOUNDARY_TYPES", "project", "rebuild", "target_id"]
 

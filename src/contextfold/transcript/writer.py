@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Literal
 from ..errors import InvalidInputError
 from .bus import MessageUpdated, PartDelta, PartUpdated, TranscriptBus
 from .parts import Message, Part, is_unfinished
-from .persist import CleanupResult, TranscriptStore
 from .projector import project, target_id
+from .store.base import CleanupResult, TranscriptStore
 from .stream import (
     DROPPED_EVENTS,
     MessageFinished,
@@ -180,10 +180,10 @@ class TranscriptWriter:
             if s == session
         }
 
-    async def interrupt(self, session: str, *, now: str | None = None) -> CleanupResult:
-        """Close every unfinished row of ``session`` now (a cancelled turn): blocks end with
-        the text their deltas confirmed, running tools fail "interrupted", open messages
-        finish "interrupted". The closed rows are announced on the bus."""
+    async def interrupt(self, session: str, *, now: str) -> CleanupResult:
+        """Close every unfinished row of ``session`` at the time ``now`` (a cancelled turn):
+        blocks end with the text their deltas confirmed, running tools fail "interrupted",
+        open messages finish "interrupted". The closed rows are announced on the bus."""
         result = await self.store.cleanup_unfinished(session, self.confirmed(session), now=now)
         for key in [k for k in self._blocks if k[0] == session]:
             del self._blocks[key]

@@ -13,23 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ..store._sqlite_thread import SQLiteThread
-from ..store.base import check_namespace
-from .parts import Message, Part, is_unfinished
-from .persist import (
-    DEFAULT_PAGE_SIZE,
+from ...store._sqlite_thread import SQLiteThread
+from ...store.base import check_namespace
+from ..parts import Message, Part, is_unfinished
+from .base import (
     CleanupResult,
-    MessagePage,
+    CloseRows,
     SessionInfo,
     TranscriptStore,
-    check_limit,
-    check_rows,
-    check_session,
-    close_rows,
     decode_message_row,
     decode_part_row,
-    format_cursor,
-    parse_cursor,
 )
 
 __all__ = ["SQLiteTranscriptStore"]
@@ -160,12 +153,7 @@ class SQLiteTranscriptStore(TranscriptStore):
             ],
         )
 
-    async def write(self, *, messages: Sequence[Message] = (), parts: Sequence[Part] = ()) -> None:
-        messages, parts = tuple(messages), tuple(parts)
-        check_rows(messages, parts)
-        if not messages and not parts:
-            return
-
+    async def _write_rows(self, messages: tuple[Message, ...], parts: tuple[Part, ...]) -> None:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             self._upsert(conn, messages, parts)
@@ -173,16 +161,10 @@ class SQLiteTranscriptStore(TranscriptStore):
 
         await self._db.run(work)
 
-    async def cleanup_unfinished(
-        self, session: str, confirmed: Mapping[str, str] | None = None, *, now: str | None = None
-    ) -> CleanupResult:
-        check_session(session)
-        confirmed = dict(confirmed or {})
-
+    async def _close_unfinished(self, session: str, close: CloseRows) -> CleanupResult:
         def work(conn: sqlite3.Connection) -> CleanupResult:
             conn.execute("BEGIN IMMEDIATE")
-            messages, parts = self._unfinished(conn, session)
-            closed = close_rows(messages, parts, confirmed, now)
+            closed = close(*self._unfinished(conn, session))
             self._upsert(conn, closed.messages, closed.parts)
             conn.execute("COMMIT")
             return closed
@@ -191,17 +173,15 @@ class SQLiteTranscriptStore(TranscriptStore):
 
     # -- reading ------------------------------------------------------------------------
 
-    async def get_message(self, session: str, message_id: str) -> Message | None:
+    async def _read_message(self, session: str, message_id: str) -> Message | None:
         return await self._get("cf_transcript_messages", session, message_id, decode_message_row)
 
-    async def get_part(self, session: str, part_id: str) -> Part | None:
+    async def _read_part(self, session: str, part_id: str) -> Part | None:
         return await self._get("cf_transcript_parts", session, part_id, decode_part_row)
 
     async def _get(
         self, table: _RowTable, session: str, row_id: str, decode: Callable[[Any, str], R]
     ) -> R | None:
-        check_session(session)
-
         def work(conn: sqlite3.Connection) -> R | None:
             row = conn.execute(
                 f"SELECT data FROM {table} WHERE namespace = ? AND session = ? AND id = ?",
@@ -211,38 +191,26 @@ class SQLiteTranscriptStore(TranscriptStore):
 
         return await self._db.run(work)
 
-    async def page_messages(
-        self, session: str, *, after: str | None = None, limit: int = DEFAULT_PAGE_SIZE
-    ) -> MessagePage:
-        check_session(session)
-        check_limit(limit)
-        start = parse_cursor(after)
-
-        def work(conn: sqlite3.Connection) -> MessagePage:
+    async def _read_page(
+        self, session: str, after: int, limit: int
+    ) -> Sequence[tuple[int, Message]]:
+        def work(conn: sqlite3.Connection) -> tuple[tuple[int, Message], ...]:
             rows = conn.execute(
                 "SELECT seq, data FROM cf_transcript_messages"
-                " WHERE namespace = ? AND session = ? AND seq > ? ORDER BY seq, id LIMIT ?",
-                (self.namespace, session, start, limit + 1),
-            ).fetchall()
-            more = len(rows) > limit
-            rows = rows[:limit]
-            cursor = format_cursor(rows[-1][0]) if rows else after
-            return MessagePage(
-                tuple(decode_message_row(data, session) for _, data in rows), cursor, more
+                " WHERE namespace = ? AND session = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (self.namespace, session, after, limit),
             )
+            return tuple((seq, decode_message_row(data, session)) for seq, data in rows)
 
         return await self._db.run(work)
 
-    async def parts_of(
-        self, session: str, message_ids: Sequence[str]
-    ) -> Mapping[str, tuple[Part, ...]]:
-        check_session(session)
-        ids = list(dict.fromkeys(message_ids))
-
-        def work(conn: sqlite3.Connection) -> dict[str, tuple[Part, ...]]:
-            found: dict[str, list[Part]] = {i: [] for i in ids}
-            for start in range(0, len(ids), _IN_CHUNK):
-                chunk = ids[start : start + _IN_CHUNK]
+    async def _read_parts(
+        self, session: str, message_ids: tuple[str, ...]
+    ) -> Mapping[str, Sequence[Part]]:
+        def work(conn: sqlite3.Connection) -> dict[str, list[Part]]:
+            found: dict[str, list[Part]] = {i: [] for i in message_ids}
+            for start in range(0, len(message_ids), _IN_CHUNK):
+                chunk = message_ids[start : start + _IN_CHUNK]
                 rows = conn.execute(
                     "SELECT message_id, data FROM cf_transcript_parts"
                     " WHERE namespace = ? AND session = ?"
@@ -251,7 +219,7 @@ class SQLiteTranscriptStore(TranscriptStore):
                 )
                 for message_id, data in rows:
                     found[message_id].append(decode_part_row(data, session))
-            return {i: tuple(found[i]) for i in ids}
+            return found
 
         return await self._db.run(work)
 
@@ -274,18 +242,14 @@ class SQLiteTranscriptStore(TranscriptStore):
             tuple(decode_part_row(r[0], session) for r in parts),
         )
 
-    async def unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
-        check_session(session)
+    async def _read_unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
         return await self._db.run(lambda conn: self._unfinished(conn, session))
 
-    async def sessions(self, *, limit: int | None = None) -> tuple[SessionInfo, ...]:
+    async def _read_sessions(self, limit: int | None) -> Sequence[SessionInfo]:
         def work(conn: sqlite3.Connection) -> tuple[SessionInfo, ...]:
             sql = "SELECT id, created, updated FROM cf_transcript_sessions WHERE namespace = ?"
-            sql += " ORDER BY created, id"
-            args: list[Any] = [self.namespace]
-            if limit is not None:
-                sql += " LIMIT ?"
-                args.append(check_limit(limit))
-            return tuple(SessionInfo(*row) for row in conn.execute(sql, args))
+            sql += " ORDER BY created, id LIMIT ?"
+            rows = conn.execute(sql, (self.namespace, -1 if limit is None else limit))
+            return tuple(SessionInfo(*row) for row in rows)
 
         return await self._db.run(work)

@@ -5,6 +5,8 @@ Rows live in ``cf_transcript_*`` tables with a ``namespace`` column isolating te
 and a model's output may contain one (cast to ``jsonb`` in ad-hoc queries). Writes to one
 session take a transaction-scoped advisory lock, so the order numbers of a session's rows
 are assigned in commit order and a reader paging with a cursor never skips a late commit.
+Times and names compare in the "C" collation (code point order), as in SQLite and memory,
+whatever the database's locale.
 """
 
 from __future__ import annotations
@@ -17,24 +19,17 @@ from typing import Any, Literal, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreUnavailableError
-from ..store.base import check_namespace
-from ..store.postgres import driver_error, redact_url
-from .parts import Message, Part, is_unfinished
-from .persist import (
-    DEFAULT_PAGE_SIZE,
+from ...errors import StoreUnavailableError
+from ...store.base import check_namespace
+from ...store.postgres import driver_error, redact_url
+from ..parts import Message, Part, is_unfinished
+from .base import (
     CleanupResult,
-    MessagePage,
+    CloseRows,
     SessionInfo,
     TranscriptStore,
-    check_limit,
-    check_rows,
-    check_session,
-    close_rows,
     decode_message_row,
     decode_part_row,
-    format_cursor,
-    parse_cursor,
 )
 
 __all__ = ["PostgresTranscriptStore"]
@@ -86,7 +81,7 @@ CREATE INDEX IF NOT EXISTS cf_transcript_parts_open
 _UPSERT_SESSION = (
     "INSERT INTO cf_transcript_sessions (namespace, id, created, updated) VALUES (%s, %s, %s, %s)"
     " ON CONFLICT (namespace, id) DO UPDATE"
-    " SET updated = GREATEST(cf_transcript_sessions.updated, EXCLUDED.updated)"
+    ' SET updated = GREATEST(cf_transcript_sessions.updated COLLATE "C", EXCLUDED.updated)'
 )
 _UPSERT_MESSAGE = (
     "INSERT INTO cf_transcript_messages (namespace, session, id, role, open, data)"
@@ -248,38 +243,29 @@ class PostgresTranscriptStore(TranscriptStore):
                     ],
                 )
 
-    async def write(self, *, messages: Sequence[Message] = (), parts: Sequence[Part] = ()) -> None:
-        messages, parts = tuple(messages), tuple(parts)
-        check_rows(messages, parts)
-        if not messages and not parts:
-            return
+    async def _write_rows(self, messages: tuple[Message, ...], parts: tuple[Part, ...]) -> None:
         async with self._conn("writing transcript rows", transaction=True) as conn:
             await self._lock(conn, [m.session for m in messages] + [p.session for p in parts])
             await self._upsert(conn, messages, parts)
 
-    async def cleanup_unfinished(
-        self, session: str, confirmed: Mapping[str, str] | None = None, *, now: str | None = None
-    ) -> CleanupResult:
-        check_session(session)
+    async def _close_unfinished(self, session: str, close: CloseRows) -> CleanupResult:
         async with self._conn(f"cleaning up session {session!r}", transaction=True) as conn:
             await self._lock(conn, [session])
-            messages, parts = await self._unfinished(conn, session)
-            closed = close_rows(messages, parts, confirmed, now)
+            closed = close(*await self._unfinished(conn, session))
             await self._upsert(conn, closed.messages, closed.parts)
         return closed
 
     # -- reading ------------------------------------------------------------------------
 
-    async def get_message(self, session: str, message_id: str) -> Message | None:
+    async def _read_message(self, session: str, message_id: str) -> Message | None:
         return await self._get("cf_transcript_messages", session, message_id, decode_message_row)
 
-    async def get_part(self, session: str, part_id: str) -> Part | None:
+    async def _read_part(self, session: str, part_id: str) -> Part | None:
         return await self._get("cf_transcript_parts", session, part_id, decode_part_row)
 
     async def _get(
         self, table: _RowTable, session: str, row_id: str, decode: Callable[[Any, str], R]
     ) -> R | None:
-        check_session(session)
         async with self._conn(f"reading session {session!r}") as conn:
             cur = await conn.execute(
                 f"SELECT data FROM {table} WHERE namespace = %s AND session = %s AND id = %s",
@@ -288,40 +274,31 @@ class PostgresTranscriptStore(TranscriptStore):
             row = await cur.fetchone()
         return None if row is None else decode(row[0], session)
 
-    async def page_messages(
-        self, session: str, *, after: str | None = None, limit: int = DEFAULT_PAGE_SIZE
-    ) -> MessagePage:
-        check_session(session)
-        check_limit(limit)
-        start = parse_cursor(after)
+    async def _read_page(
+        self, session: str, after: int, limit: int
+    ) -> Sequence[tuple[int, Message]]:
         async with self._conn(f"paging session {session!r}") as conn:
             cur = await conn.execute(
                 "SELECT seq, data FROM cf_transcript_messages"
-                " WHERE namespace = %s AND session = %s AND seq > %s ORDER BY seq, id LIMIT %s",
-                (self.namespace, session, start, limit + 1),
+                " WHERE namespace = %s AND session = %s AND seq > %s ORDER BY seq LIMIT %s",
+                (self.namespace, session, after, limit),
             )
             rows = await cur.fetchall()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        cursor = format_cursor(rows[-1][0]) if rows else after
-        return MessagePage(tuple(decode_message_row(d, session) for _, d in rows), cursor, more)
+        return tuple((seq, decode_message_row(data, session)) for seq, data in rows)
 
-    async def parts_of(
-        self, session: str, message_ids: Sequence[str]
-    ) -> Mapping[str, tuple[Part, ...]]:
-        check_session(session)
-        ids = list(dict.fromkeys(message_ids))
-        found: dict[str, list[Part]] = {i: [] for i in ids}
-        if ids:
-            async with self._conn(f"reading parts of session {session!r}") as conn:
-                cur = await conn.execute(
-                    "SELECT message_id, data FROM cf_transcript_parts"
-                    " WHERE namespace = %s AND session = %s AND message_id = ANY(%s) ORDER BY seq",
-                    (self.namespace, session, ids),
-                )
-                for message_id, data in await cur.fetchall():
-                    found[message_id].append(decode_part_row(data, session))
-        return {i: tuple(found[i]) for i in ids}
+    async def _read_parts(
+        self, session: str, message_ids: tuple[str, ...]
+    ) -> Mapping[str, Sequence[Part]]:
+        found: dict[str, list[Part]] = {i: [] for i in message_ids}
+        async with self._conn(f"reading parts of session {session!r}") as conn:
+            cur = await conn.execute(
+                "SELECT message_id, data FROM cf_transcript_parts"
+                " WHERE namespace = %s AND session = %s AND message_id = ANY(%s) ORDER BY seq",
+                (self.namespace, session, list(message_ids)),
+            )
+            for message_id, data in await cur.fetchall():
+                found[message_id].append(decode_part_row(data, session))
+        return found
 
     async def _unfinished(
         self, conn: psycopg.AsyncConnection[Any], session: str
@@ -341,19 +318,16 @@ class PostgresTranscriptStore(TranscriptStore):
         parts = tuple(decode_part_row(r[0], session) for r in await cur.fetchall())
         return messages, parts
 
-    async def unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
-        check_session(session)
+    async def _read_unfinished(self, session: str) -> tuple[tuple[Message, ...], tuple[Part, ...]]:
         async with self._conn(f"reading unfinished rows of session {session!r}") as conn:
             return await self._unfinished(conn, session)
 
-    async def sessions(self, *, limit: int | None = None) -> tuple[SessionInfo, ...]:
-        sql = "SELECT id, created, updated FROM cf_transcript_sessions WHERE namespace = %s"
-        sql += " ORDER BY created, id"
-        args: list[Any] = [self.namespace]
-        if limit is not None:
-            sql += " LIMIT %s"
-            args.append(check_limit(limit))
+    async def _read_sessions(self, limit: int | None) -> Sequence[SessionInfo]:
         async with self._conn("listing sessions") as conn:
-            cur = await conn.execute(sql, args)
+            cur = await conn.execute(
+                "SELECT id, created, updated FROM cf_transcript_sessions WHERE namespace = %s"
+                ' ORDER BY created COLLATE "C", id COLLATE "C" LIMIT %s',
+                (self.namespace, limit),
+            )
             rows = await cur.fetchall()
         return tuple(SessionInfo(*row) for row in rows)
