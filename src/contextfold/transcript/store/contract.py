@@ -243,10 +243,14 @@ class TranscriptStoreContract:
             # Same creation time: by name, in code point order ("B" before "a").
             await store.write_message(_message(7, session="a2", created="t7"))
             await store.write_message(_message(8, session="B2", created="t7"))
+            # The latest time is the greatest in code point order too ("b" after "C").
+            await store.write_message(_message(9, session="c", created="C"))
+            await store.write_message(_message(9, session="c", created="C", completed="b"))
             # Parts alone make no session.
             await store.write_part(TextPart(id="p", session="parts-only", message_id="m"))
             sessions = await store.sessions()
             assert [(s.id, s.created, s.updated) for s in sessions] == [
+                ("c", "C", "b"),  # "C" sorts before "t"
                 ("b", "t1", "t5"),  # created by its first write, updated to the latest time
                 ("a", "t2", "t2"),
                 ("B2", "t7", "t7"),
@@ -315,6 +319,8 @@ class TranscriptStoreContract:
             messages, parts = await store.unfinished(S)
             assert [x.id for x in messages] == [m.id]
             assert [p.id for p in parts] == ["t1", "t2", "r", "c1", "c2"]
+            listed = (await store.parts_of(S, [m.id]))[m.id]  # open parts are rows like any
+            assert [p.id for p in listed] == ["t1", "t2", "r", "c1", "c2", "c3", "done"]
 
             result = await store.cleanup_unfinished(S, {"t2": "confirmed text \n"}, now="t-clean")
             assert [x.finish for x in result.messages] == [INTERRUPTED]
