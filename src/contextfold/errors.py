@@ -14,6 +14,7 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     │   │   ├── WrongExpectedVersionError
     │   │   └── IdempotencyConflictError
     │   ├── CorruptEventError       a stored row no longer decodes as JSON
+    │   ├── StoreFileMovedError     the SQLite file was moved or deleted while open
     │   └── StoreUnavailableError   the backend could not be reached or is closed
     ├── FoldDefinitionError
     ├── FoldCompactionError
@@ -42,6 +43,7 @@ __all__ = [
     "RebuildError",
     "RenderError",
     "StoreError",
+    "StoreFileMovedError",
     "StoreUnavailableError",
     "UnknownEventTypeError",
     "WrongExpectedVersionError",
@@ -110,6 +112,18 @@ class CorruptEventError(StoreError):
         super().__init__(message)
         self.stream = stream
         self.position = position
+
+
+class StoreFileMovedError(StoreError):
+    """The database file was moved, deleted or replaced while the store held it open.
+
+    What it wrote from then on would be lost to whoever opens the path next, so it refuses
+    every write (nothing of it is acknowledged or stored). Close the store and open it again.
+    """
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class StoreUnavailableError(StoreError):

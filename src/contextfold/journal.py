@@ -16,7 +16,7 @@ import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import orjson
 
@@ -31,8 +31,14 @@ from .store.base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailReset,
+    check_channels,
+    check_label,
+    check_limit,
     check_namespace,
+    check_prefix,
     check_stream,
+    check_text,
 )
 from .store.urls import parse_store_url
 
@@ -183,12 +189,7 @@ class Journal:
     ) -> list[NewEvent]:
         """Encode events for storage, injecting ids and time. Raises PayloadError."""
         time = self.clock().isoformat()
-        chans = tuple(channels)
-        for ch in chans:
-            if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
-                raise InvalidInputError(
-                    f"channel {ch!r} must be a non-empty str without control characters"
-                )
+        chans = check_channels(channels)
         prepared: list[NewEvent] = []
         limit = self.max_payload_bytes
         for index, event in enumerate(events):
@@ -230,11 +231,14 @@ class Journal:
                     f"limit of {limit}; store large content elsewhere and "
                     "reference it, or raise max_payload_bytes"
                 )
+            event_id = self.ids()
+            if type(event_id) is not str or not event_id.isascii() or "\x00" in event_id:
+                check_label(f"events[{index}]: the id from ids()", event_id, empty=False)
             prepared.append(
                 NewEvent(
                     type_name,
                     data,
-                    EventMeta(self.ids(), time, run_id, actor, idempotency_key, chans),
+                    EventMeta(event_id, time, run_id, actor, idempotency_key, chans),
                 )
             )
         return prepared
@@ -271,21 +275,9 @@ class Journal:
             raise InvalidInputError(
                 f"expected_version must be an int >= 0, got {expected_version!r}"
             )
-        for name, value in (
-            ("run_id", run_id),
-            ("actor", actor),
-            ("idempotency_key", idempotency_key),
-        ):
-            if value is not None and (not isinstance(value, str) or "\x00" in value):
-                raise InvalidInputError(
-                    f"{name} must be a str without NUL characters, got {value!r}"
-                )
-        if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not idempotency_key
-        ):
-            raise InvalidInputError(
-                f"idempotency_key must be a non-empty str, got {idempotency_key!r}"
-            )
+        check_label("run_id", run_id)
+        check_label("actor", actor)
+        check_label("idempotency_key", idempotency_key, empty=False)
         prepared = self.prepare(
             batch, run_id=run_id, actor=actor, channels=channels, idempotency_key=idempotency_key
         )
@@ -310,8 +302,8 @@ class Journal:
     ) -> ReadResult:
         """A page of events after ``after`` (see :meth:`Store.read`)."""
         check_stream(stream)
-        if limit is not None and (not isinstance(limit, int) or limit <= 0):
-            raise InvalidInputError(f"limit must be a positive int, got {limit!r}")
+        if limit is not None:
+            check_limit(limit)
         store = await self._ready()
         return await store.read(
             self.namespace, stream, after=after, types=_type_names(types), limit=limit
@@ -326,6 +318,7 @@ class Journal:
         page_size: int = 1000,
     ) -> AsyncIterator[StoredEvent]:
         """Every event after ``after`` (only of ``types`` when given), page by page."""
+        check_limit(page_size, name="page_size")
         cursor = after
         while True:
             page = await self.read(stream, after=cursor, types=types, limit=page_size)
@@ -345,6 +338,7 @@ class Journal:
     ) -> tuple[StoredEvent, ...]:
         """The newest events of the given types, newest first."""
         check_stream(stream)
+        check_limit(limit)
         store = await self._ready()
         return await store.latest(
             self.namespace, stream, _type_names(types) or (), before=before, limit=limit
@@ -370,19 +364,49 @@ class Journal:
     async def list_streams(
         self, *, prefix: str | None = None, limit: int | None = None
     ) -> tuple[StreamInfo, ...]:
+        check_prefix(prefix)
+        if limit is not None:
+            check_limit(limit)
         return await (await self._ready()).list_streams(self.namespace, prefix=prefix, limit=limit)
 
+    @overload
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        poll_interval: float = 0.05,
+        resets: Literal[False] = False,
+    ) -> AsyncIterator[StoredEvent]: ...
+
+    @overload
+    def subscribe(
+        self, stream: str, *, after: str | None = None, poll_interval: float = 0.05, resets: bool
+    ) -> AsyncIterator[StoredEvent | TailReset]: ...
+
     async def subscribe(
-        self, stream: str, *, after: str | None = None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
-        """A live tail: every event after ``after``, then each new one as it lands."""
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        poll_interval: float = 0.05,
+        resets: bool = False,
+    ) -> AsyncIterator[StoredEvent | TailReset]:
+        """A live tail: every event after ``after``, then each new one as it lands.
+
+        With ``resets=True`` it also yields a :class:`~contextfold.store.TailReset` whenever
+        its cursor names no event any more (``after`` unknown, or the stream deleted while
+        it runs): what follows is the stream's history from its start. Without, the new
+        history follows silently.
+        """
         check_stream(stream)
         store = await self._ready()
         tail = store.subscribe(self.namespace, stream, after=after, poll_interval=poll_interval)
         # aclosing: closing this tail closes the store's at once (its listening connection).
         async with contextlib.aclosing(tail):  # type: ignore[type-var]
             async for event in tail:
-                yield event
+                if resets or not isinstance(event, TailReset):
+                    yield event
 
     # -- folds --------------------------------------------------------------------------------
 
@@ -472,9 +496,9 @@ def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | 
     if types is None:
         return None
     names = []
-    for t in types:
+    for index, t in enumerate(types):
         if isinstance(t, str):
-            names.append(t)
+            names.append(check_text(f"types[{index}]", t))
         elif isinstance(t, type) and issubclass(t, Event) and t.event_type:
             names.append(t.event_type)
         else:

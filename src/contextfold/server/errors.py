@@ -33,6 +33,7 @@ from ..errors import (
     ContextfoldError,
     InvalidInputError,
     RebuildError,
+    StoreFileMovedError,
     StoreUnavailableError,
 )
 
@@ -91,6 +92,7 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (UnsupportedMediaTypeError, 415),
     (InvalidInputError, 400),
     (StoreUnavailableError, 503),
+    (StoreFileMovedError, 503),  # reopening the journal, not a retry, fixes it
     (TooManyStreamsError, 503),
     (ContextfoldError, 500),
 )

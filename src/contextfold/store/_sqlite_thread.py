@@ -4,24 +4,36 @@ Every statement runs on the thread, so the event loop never blocks on disk and t
 connection never changes threads. The first job connects (WAL, the caller's schema); a
 failed connect is not kept, so the next job tries again. A job that fails leaves no
 transaction open, and its sqlite3 errors enter the error tree here, in one place.
+
+The connection keeps the files it opened even when their path is moved, deleted or
+replaced; what it wrote then would be lost for whoever opens the path next. Connecting
+notes which files (the database, its ``-wal`` and ``-shm``) the path names, and
+:meth:`SQLiteThread.check_files` refuses a write once the path names others. The WAL is
+then checkpointed into the database file the connection holds and emptied: a renamed
+file keeps all that was acknowledged without its WAL, and the WAL left under the old
+name cannot be replayed into a file put in its place (SQLite itself skips the
+checkpoint when it closes a moved database).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import StoreError, StoreFileMovedError, StoreUnavailableError
 
 __all__ = ["SQLiteThread"]
 
 T = TypeVar("T")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
+_COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 
 
 class SQLiteThread:
@@ -54,6 +66,7 @@ class SQLiteThread:
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._files: tuple[tuple[str, tuple[int, int]], ...] = ()
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -74,6 +87,10 @@ class SQLiteThread:
             conn = self._conn if self._conn is not None else self._connect()
             try:
                 return fn(conn)
+            except StoreFileMovedError:
+                _rollback(conn)
+                _settle(conn)
+                raise
             except sqlite3.Error as exc:
                 _rollback(conn)
                 raise StoreError(f"SQLite error on {self._what} at {self.url}: {exc}") from exc
@@ -112,6 +129,7 @@ class SQLiteThread:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(self._schema)
+            self._files = self._identify()
         except BaseException as exc:
             conn.close()
             if isinstance(exc, (sqlite3.Error, OSError)):
@@ -119,6 +137,45 @@ class SQLiteThread:
             raise
         self._conn = conn
         return conn
+
+    def check_files(self) -> None:
+        """Raise StoreFileMovedError when the path no longer names the files the connection
+        opened (moved, deleted or replaced, the ``-wal`` and ``-shm`` too). Call it on the
+        worker inside a write transaction, just before COMMIT: the transaction then rolls
+        back and nothing is acknowledged. One ``stat`` per file."""
+        moved = self._moved()
+        if moved is not None:
+            raise StoreFileMovedError(
+                f"{self._what} file {self.path} was moved or deleted while open ({moved}); "
+                "nothing was written: close and reopen it (what was written before is in "
+                "the file that moved)",
+                path=self.path,
+            )
+
+    def _moved(self) -> str | None:
+        """What the path names now in place of an opened file, or None when nothing moved."""
+        for name, opened in self._files:
+            try:
+                info = os.stat(name)
+            except OSError:
+                return f"{name} is gone"
+            if (info.st_dev, info.st_ino) != opened:
+                return f"{name} is another file"
+        return None
+
+    def _identify(self) -> tuple[tuple[str, tuple[int, int]], ...]:
+        # Stat'ed just after connecting: a replace racing the connect itself goes unseen.
+        if self.path in ("", ":memory:"):
+            return ()
+        info = os.stat(self.path)
+        found = [(self.path, (info.st_dev, info.st_ino))]
+        for name in (self.path + suffix for suffix in _COMPANIONS):
+            try:
+                info = os.stat(name)
+            except FileNotFoundError:
+                continue  # not in WAL mode (WAL refused by the filesystem): nothing to watch
+            found.append((name, (info.st_dev, info.st_ino)))
+        return tuple(found)
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(
@@ -128,6 +185,8 @@ class SQLiteThread:
 
     def _disconnect(self) -> None:
         if self._conn is not None:
+            if self._moved() is not None:
+                _settle(self._conn)
             self._conn.close()
             self._conn = None
 
@@ -135,3 +194,10 @@ class SQLiteThread:
 def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
         conn.execute("ROLLBACK")
+
+
+def _settle(conn: sqlite3.Connection) -> None:
+    """Checkpoint the WAL into the (moved) database file the connection holds and empty it;
+    best effort: a failure leaves the files as SQLite had them."""
+    with contextlib.suppress(sqlite3.Error):
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

@@ -3,7 +3,8 @@
 A backend stores append-only streams of :class:`~contextfold.events.StoredEvent` per
 namespace. The contract (``contextfold.store.contract``) pins what each method must do;
 backends only implement storage, all argument checking lives here so every backend
-refuses bad input with the same error.
+refuses bad input with the same error. Every text reaching a backend is valid Unicode
+(no lone surrogate: SQLite and PostgreSQL store UTF-8), every limit within its bounds.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ import abc
 import asyncio
 import contextlib
 import hashlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+import re
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from .._aio import CancelWatch
 from ..errors import (
@@ -26,14 +29,22 @@ from ..errors import (
 from ..events import NewEvent, StoredEvent
 
 __all__ = [
+    "MAX_LIMIT",
+    "MAX_NAME_LENGTH",
     "AppendResult",
     "ReadResult",
     "Store",
     "StreamInfo",
+    "TailReset",
     "Wakeups",
     "batch_digest",
+    "check_channels",
+    "check_label",
+    "check_limit",
     "check_namespace",
+    "check_prefix",
     "check_stream",
+    "check_text",
     "idempotency_conflict",
     "parse_cursor",
     "poll_subscribe",
@@ -41,6 +52,10 @@ __all__ = [
 ]
 
 MAX_NAME_LENGTH = 512
+MAX_LIMIT = 10_000
+"""The most events (or streams) one ``read``, ``latest`` or ``list_streams`` returns."""
+_MAX_CURSOR = 2**63 - 1  # global positions are signed 64-bit integers in SQL
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +92,47 @@ class ReadResult:
 
 
 @dataclass(frozen=True, slots=True)
+class TailReset:
+    """What a live tail yields when the history it was following is gone.
+
+    The tail's cursor named no event of the stream any more: the stream was deleted (and
+    perhaps recreated) while the tail ran, or the cursor it started from was unknown. What
+    comes after it is the stream's current history from its start, as a read with
+    ``reset=True`` returns it: drop what was derived from the events before it. ``after``
+    is the cursor that became unknown.
+    """
+
+    stream: str
+    after: str
+    kind: Literal["reset"] = "reset"
+
+
+@dataclass(frozen=True, slots=True)
 class StreamInfo:
     """A stream of a namespace and its version (number of events)."""
 
     stream: str
     version: int
+
+
+def _surrogate_in(text: str) -> int | None:
+    """Index of the first lone surrogate in ``text`` (None when it is valid Unicode)."""
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def check_text(name: str, value: str, error: type[InvalidInputError] = InvalidInputError) -> str:
+    """Return ``value`` or raise ``error`` naming ``name`` when it holds a lone surrogate
+    (text SQLite and PostgreSQL cannot store: they keep UTF-8)."""
+    at = _surrogate_in(value)
+    if at is not None:
+        raise error(
+            f"{name} {value[:80]!r} holds a lone surrogate ({value[at]!r}) at index {at}: "
+            "it must be valid Unicode text (encodable as UTF-8); nothing was done"
+        )
+    return value
 
 
 def check_stream(stream: object) -> str:
@@ -99,7 +150,7 @@ def check_stream(stream: object) -> str:
         )
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
         raise InvalidStreamNameError(f"stream name {stream!r} contains a control character")
-    return stream
+    return check_text("stream name", stream, InvalidStreamNameError)
 
 
 def check_namespace(namespace: object) -> str:
@@ -111,11 +162,55 @@ def check_namespace(namespace: object) -> str:
         )
     if any(ord(ch) < 32 for ch in namespace):
         raise InvalidInputError(f"namespace {namespace!r} contains a control character")
-    return namespace
+    return check_text("namespace", namespace)
+
+
+def check_label(name: str, value: object, *, empty: bool = True) -> str | None:
+    """Return ``value`` (a ``run_id``, ``actor`` or ``idempotency_key``; None allowed) or
+    raise InvalidInputError naming ``name``: a str without NUL or lone surrogates, non-empty
+    unless ``empty``."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or "\x00" in value or (not empty and not value):
+        what = "a str without NUL characters" if empty else "a non-empty str without NUL"
+        raise InvalidInputError(f"{name} must be {what}, got {value!r}")
+    return check_text(name, value)
+
+
+def check_channels(channels: Iterable[object]) -> tuple[str, ...]:
+    """Return ``channels`` as a tuple or raise InvalidInputError naming the bad channel:
+    each a non-empty str without control characters or lone surrogates."""
+    checked: list[str] = []
+    for index, ch in enumerate(channels):
+        if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
+            raise InvalidInputError(
+                f"channel {ch!r} (channels[{index}]) must be a non-empty str without "
+                "control characters"
+            )
+        checked.append(check_text(f"channels[{index}]", ch))
+    return tuple(checked)
+
+
+def check_prefix(prefix: object) -> str | None:
+    """Return ``prefix`` (a stream-name prefix; None for all) or raise InvalidInputError."""
+    if prefix is None:
+        return None
+    if not isinstance(prefix, str):
+        raise InvalidInputError(f"prefix must be a str, got {type(prefix).__name__}")
+    return check_text("prefix", prefix)
+
+
+def check_limit(value: object, *, name: str = "limit", maximum: int = MAX_LIMIT) -> int:
+    """Return ``value`` or raise InvalidInputError naming ``name`` and its bounds: an int
+    from 1 to ``maximum`` (a bool is no int here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidInputError(f"{name} must be an int from 1 to {maximum}, got {value!r}")
+    return value
 
 
 def parse_cursor(cursor: object) -> int | None:
-    """The global position a cursor names; None for a malformed (thus unknown) one.
+    """The global position a cursor names; None for a malformed (thus unknown) one, and for
+    one past the 64-bit positions a store can hold.
 
     A cursor of another type than str (or None) is a programming error: InvalidCursorError.
     """
@@ -125,7 +220,8 @@ def parse_cursor(cursor: object) -> int | None:
         raise InvalidCursorError(f"cursor must be a str from a previous read, got {cursor!r}")
     if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
         return None
-    return int(cursor)
+    position = int(cursor)
+    return position if position <= _MAX_CURSOR else None
 
 
 def batch_digest(events: Sequence[NewEvent]) -> str:
@@ -245,10 +341,12 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         """Yield events after ``after`` as they are appended, forever (until cancelled).
 
-        An unknown cursor starts from the beginning of the stream, like ``read``.
+        Whenever the tail's cursor names no event of the stream (an unknown ``after``, or
+        the stream deleted while the tail runs), it yields a :class:`TailReset` and goes on
+        from the beginning of the stream, like ``read`` with ``reset=True``.
         """
 
 
@@ -299,7 +397,7 @@ async def poll_subscribe(
     *,
     after: str | None,
     poll_interval: float,
-) -> AsyncIterator[StoredEvent]:
+) -> AsyncIterator[StoredEvent | TailReset]:
     """A live tail built on ``read``: wakes on local appends, polls for other processes."""
     cursor = after
     cancel = CancelWatch()  # a cancel the store's driver swallowed still ends the tail
@@ -308,6 +406,8 @@ async def poll_subscribe(
             wake.clear()  # before the read: an append the read misses sets it again
             page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
             cancel.check()
+            if page.reset and cursor is not None:
+                yield TailReset(stream, cursor)
             for event in page.events:
                 yield event
             cursor = page.cursor

@@ -20,14 +20,15 @@ from typing import Any
 
 from ..errors import (
     IdempotencyConflictError,
+    InvalidInputError,
     InvalidStreamNameError,
     PayloadError,
     UnknownEventTypeError,
     WrongExpectedVersionError,
 )
-from ..events import RawEvent
+from ..events import RawEvent, StoredEvent
 from ..journal import Journal
-from .base import Store
+from .base import MAX_LIMIT, Store, TailReset
 
 __all__ = ["JSON_SAMPLES", "StoreContract"]
 
@@ -43,6 +44,27 @@ JSON_SAMPLES: tuple[Any, ...] = (
     "a bare string",
     12345,
 )
+
+
+ABSURD_CURSORS: tuple[str, ...] = (
+    str(2**63),
+    "9" * 19,
+    str(2**64),
+    "1" * 20,
+    "7" * 10_000,
+    "１２",  # fullwidth digits
+    "\u0663",  # an Arabic-Indic digit
+    "\ud800",
+    " 1",
+    "1 ",
+    "+1",
+    "-1",
+    "0x1",
+    "1.0",
+)
+"""Cursors no store ever hands out: each one is an unknown cursor, never an error."""
+
+LONE_SURROGATES: tuple[str, ...] = ("\ud800", "\udfff", "ok\udbffend")
 
 
 def _deep(depth: int) -> Any:
@@ -402,6 +424,101 @@ class StoreContract:
 
         self.run(t)
 
+    def test_absurd_cursors_are_unknown_cursors(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("e", {"i": i}) for i in range(3)])
+            for cursor in ABSURD_CURSORS:
+                page = await j.read("s", after=cursor)
+                assert page.reset, cursor
+                assert [e.position for e in page.events] == [1, 2, 3], cursor
+                assert not await j.contains("s", cursor), cursor
+                # No bound that names no event: the newest events, as with no ``before``.
+                assert [e.position for e in await j.latest("s", ["e"], before=cursor)] == [3]
+            assert await j.version("s") == 3
+
+        self.run(t)
+
+    def test_limits_out_of_bounds_are_refused(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("e", {"i": i}) for i in range(3)])
+            await j.append("t", RawEvent("e", {}))
+            for bad in (0, -1, MAX_LIMIT + 1, 2**63, 2**70, True, 1.5, "2"):
+                calls: list[tuple[str, Awaitable[Any]]] = [
+                    ("read", j.read("s", limit=bad)),  # type: ignore[arg-type]
+                    ("latest", j.latest("s", ["e"], limit=bad)),  # type: ignore[arg-type]
+                    ("list_streams", j.list_streams(limit=bad)),  # type: ignore[arg-type]
+                ]
+                for method, call in calls:
+                    try:
+                        await call
+                    except InvalidInputError as exc:
+                        message = str(exc)
+                        assert "limit" in message and f"1 to {MAX_LIMIT}" in message, message
+                        assert repr(bad) in message, message
+                    else:
+                        raise AssertionError(f"{method}(limit={bad!r}) was accepted")
+            try:
+                async for _ in j.read_all("s", page_size=0):
+                    pass
+            except InvalidInputError as exc:
+                assert "page_size" in str(exc) and f"1 to {MAX_LIMIT}" in str(exc)
+            else:
+                raise AssertionError("read_all(page_size=0) was accepted")
+            # The bounds themselves are accepted.
+            assert [e.position for e in (await j.read("s", limit=1)).events] == [1]
+            assert len((await j.read("s", limit=MAX_LIMIT)).events) == 3
+            assert len(await j.latest("s", ["e"], limit=MAX_LIMIT)) == 3
+            assert [i.stream for i in await j.list_streams(limit=1)] == ["s"]
+            assert len(await j.list_streams(limit=MAX_LIMIT)) == 2
+            assert await j.version("s") == 3
+
+        self.run(t)
+
+    def test_lone_surrogates_are_refused_naming_the_argument(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", RawEvent("e", {"keep": True}))
+            ok = RawEvent("e", {})
+            for bad in LONE_SURROGATES:
+                calls: list[tuple[str, Awaitable[Any]]] = [
+                    ("stream name", j.append("s" + bad, ok)),
+                    ("stream name", j.read(bad)),
+                    ("stream name", j.version(bad)),
+                    ("stream name", j.delete_stream(bad)),
+                    ("run_id", j.append("s", ok, run_id=bad)),
+                    ("actor", j.append("s", ok, actor=bad)),
+                    ("idempotency_key", j.append("s", ok, idempotency_key=bad)),
+                    ("channels[1]", j.append("s", ok, channels=("main", bad))),
+                    ("prefix", j.list_streams(prefix=bad)),
+                    ("types[1]", j.read("s", types=["e", bad])),
+                    ("types[0]", j.latest("s", [bad])),
+                    ("stream name", anext(j.subscribe(bad))),
+                ]
+                for name, call in calls:
+                    try:
+                        await call
+                    except InvalidInputError as exc:
+                        assert str(exc).startswith(name) and "surrogate" in str(exc), str(exc)
+                    else:
+                        raise AssertionError(f"{name} {bad!r} was accepted")
+                try:
+                    j.with_namespace("ns" + bad)
+                except InvalidInputError as exc:
+                    assert str(exc).startswith("namespace") and "surrogate" in str(exc)
+                else:
+                    raise AssertionError(f"namespace {bad!r} was accepted")
+            # Valid text beyond the BMP is no surrogate: stored and read back as given.
+            await j.append("s-🚀", ok, actor="🚀", run_id="run-🚀", channels=("🚀",))
+            (event,) = (await j.read("s-🚀")).events
+            assert (event.meta.actor, event.meta.run_id, event.meta.channels) == (
+                "🚀",
+                "run-🚀",
+                ("🚀",),
+            )
+            assert [i.stream for i in await j.list_streams()] == ["s", "s-🚀"]
+            assert [e.payload for e in (await j.read("s")).events] == [{"keep": True}]
+
+        self.run(t)
+
     # -- live tail -------------------------------------------------------------------------
 
     def test_subscribe_sees_history_then_live_events(self) -> None:
@@ -521,5 +638,69 @@ class StoreContract:
                 assert later.payload == {"i": 1}
             finally:
                 await tail.aclose()  # type: ignore[attr-defined]
+
+        self.run(t)
+
+    def test_a_tail_signals_each_reset_of_its_stream(self) -> None:
+        """A tail with ``resets=True`` yields a TailReset when the history it follows is
+        deleted (and recreated), then the new history from position 1."""
+
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("e", {"gen": 1, "i": i}) for i in range(2)])
+            tail = j.subscribe("s", poll_interval=0.02, resets=True)
+            try:
+                async with asyncio.timeout(10):  # a guard: the tail wakes on the append
+                    old = [await anext(tail), await anext(tail)]
+                    assert isinstance(old[-1], StoredEvent) and isinstance(old[0], StoredEvent)
+                    # Deleted and recreated while the consumer holds an event.
+                    await j.delete_stream("s")
+                    await j.append("s", RawEvent("e", {"gen": 2, "i": 0}))
+                    reset, new = await anext(tail), await anext(tail)
+                    assert reset == TailReset("s", old[-1].cursor)
+                    assert isinstance(reset, TailReset) and reset.kind == "reset"
+                    assert isinstance(new, StoredEvent)
+                    assert (new.position, new.payload) == (1, {"gen": 2, "i": 0})
+                    # Deleted while the tail waits, recreated after it saw the deletion.
+                    await j.delete_stream("s")
+                    assert await anext(tail) == TailReset("s", new.cursor)
+                    await j.append("s", RawEvent("e", {"gen": 3, "i": 0}))
+                    newer = await anext(tail)
+                    assert isinstance(newer, StoredEvent)
+                    assert (newer.position, newer.payload) == (1, {"gen": 3, "i": 0})
+            finally:
+                await tail.aclose()  # type: ignore[attr-defined]
+
+        self.run(t)
+
+    def test_a_tail_from_an_unknown_cursor_starts_with_a_reset(self) -> None:
+        async def t(j: Journal) -> None:
+            await j.append("s", [RawEvent("e", {"i": i}) for i in range(2)])
+            elsewhere = await j.append("other", RawEvent("e", {}))
+            for cursor in (elsewhere.cursor, str(2**63)):
+                tail = j.subscribe("s", after=cursor, resets=True)
+                try:
+                    async with asyncio.timeout(10):
+                        got = [await anext(tail) for _ in range(3)]
+                finally:
+                    await tail.aclose()  # type: ignore[attr-defined]
+                assert got[0] == TailReset("s", cursor)
+                assert [e.position for e in got[1:] if isinstance(e, StoredEvent)] == [1, 2]
+
+        self.run(t)
+
+    def test_a_tail_without_resets_follows_the_new_history_silently(self) -> None:
+        """The default tail yields only events (what existing consumers expect)."""
+
+        async def t(j: Journal) -> None:
+            first = await j.append("s", RawEvent("e", {"gen": 1}))
+            tail = j.subscribe("s", after=first.cursor, poll_interval=0.02)
+            try:
+                await j.delete_stream("s")
+                await j.append("s", [RawEvent("e", {"gen": 2}), RawEvent("e", {"gen": 3})])
+                async with asyncio.timeout(10):
+                    got = [await anext(tail), await anext(tail)]
+            finally:
+                await tail.aclose()  # type: ignore[attr-defined]
+            assert [(e.position, e.payload["gen"]) for e in got] == [(1, 2), (2, 3)]
 
         self.run(t)

@@ -16,6 +16,7 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailReset,
     Wakeups,
     batch_digest,
     idempotency_conflict,
@@ -167,7 +168,10 @@ class MemoryStore(Store):
         return len(state.events) if state else 0
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
-        return self._streams.pop((namespace, stream), None) is not None
+        found = self._streams.pop((namespace, stream), None) is not None
+        if found:
+            self._wakeups.notify(namespace, stream)  # its tails signal the reset at once
+        return found
 
     async def list_streams(
         self, namespace: str, *, prefix: str | None = None, limit: int | None = None
@@ -180,7 +184,7 @@ class MemoryStore(Store):
 
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         return poll_subscribe(
             self, self._wakeups, namespace, stream, after=after, poll_interval=poll_interval
         )

@@ -33,6 +33,7 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailReset,
     batch_digest,
     idempotency_conflict,
     parse_cursor,
@@ -392,7 +393,8 @@ class PostgresStore(Store):
         return int(rows[0][0]) if rows else 0
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
-        args = {"ns": namespace, "s": stream}
+        wake = _wake_key(namespace, stream)
+        args = {"ns": namespace, "s": stream, "wake": wake}
         async with (
             self._connection(f"deleting stream {stream!r}") as conn,
             _pipeline(conn),
@@ -403,6 +405,9 @@ class PostgresStore(Store):
             found = await conn.execute(f"DELETE FROM cf_streams WHERE {_WHERE}", args)
             await conn.execute(f"DELETE FROM cf_events WHERE {_WHERE}", args)
             await conn.execute(f"DELETE FROM cf_idempotency WHERE {_WHERE}", args)
+            # Sent at commit (and only then): the stream's tails signal the reset at once.
+            await conn.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(wake)s)", args)
+        self._wake(wake)
         return found.rowcount > 0
 
     async def list_streams(
@@ -420,14 +425,14 @@ class PostgresStore(Store):
 
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         return self._tail(namespace, stream, after, poll_interval)
 
     # -- live tail ------------------------------------------------------------------------
 
     async def _tail(
         self, namespace: str, stream: str, after: str | None, poll_interval: float
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         key = _wake_key(namespace, stream)
         wake = asyncio.Event()
         self._wakers.setdefault(key, set()).add(wake)
@@ -440,6 +445,8 @@ class PostgresStore(Store):
                 wake.clear()
                 page = await self.read(namespace, stream, after=cursor, types=None, limit=_PAGE)
                 cancel.check()
+                if page.reset and cursor is not None:
+                    yield TailReset(stream, cursor)
                 for event in page.events:
                     yield event
                 cursor = page.cursor

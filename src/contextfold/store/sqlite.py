@@ -22,6 +22,7 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailReset,
     Wakeups,
     batch_digest,
     idempotency_conflict,
@@ -67,9 +68,11 @@ CREATE TABLE IF NOT EXISTS cf_idempotency (
 ) WITHOUT ROWID;
 """
 
+# CAST: a payload some other writer stored as TEXT still reads as bytes (a corrupt row
+# must surface as invalid JSON, not as a str where every reader expects bytes).
 _COLUMNS = (
-    "global_position, position, type, data, event_id, time, run_id, actor, idempotency_key,"
-    " channels"
+    "global_position, position, type, CAST(data AS BLOB), event_id, time, run_id, actor,"
+    " idempotency_key, channels"
 )
 _CHANNEL_SEP = "\x1f"
 
@@ -166,6 +169,7 @@ class SQLiteStore(Store):
                     "INSERT INTO cf_idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (namespace, stream, idempotency_key, digest, version + 1, last, last_global),
                 )
+            self._db.check_files()  # the last moment before the append is acknowledged
             conn.execute("COMMIT")
             return AppendResult(stream, version + 1, last, str(last_global))
 
@@ -300,10 +304,14 @@ class SQLiteStore(Store):
             conn.execute(
                 "DELETE FROM cf_idempotency WHERE namespace = ? AND stream = ?", (namespace, stream)
             )
+            self._db.check_files()
             conn.execute("COMMIT")
             return found > 0
 
-        return await self._db.run(work)
+        found = await self._db.run(work)
+        if found:
+            self._wakeups.notify(namespace, stream)  # its tails signal the reset at once
+        return found
 
     async def list_streams(
         self, namespace: str, *, prefix: str | None = None, limit: int | None = None
@@ -325,7 +333,7 @@ class SQLiteStore(Store):
 
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         return poll_subscribe(
             self, self._wakeups, namespace, stream, after=after, poll_interval=poll_interval
         )
