@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 try:
     import typer
@@ -117,10 +117,18 @@ def verify(stream: Stream, url: Url = DEMO_URL) -> None:
 def serve(
     url: Url = "sqlite:///contextfold.db",
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8765,
+    port: Annotated[int, typer.Option(help="TCP port to listen on (0-65535).")] = 8765,
     token: Annotated[
         str | None,
         typer.Option(envvar="CONTEXTFOLD_TOKEN", help="Require 'Authorization: Bearer <token>'."),
+    ] = None,
+    trusted_token: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="CONTEXTFOLD_TRUSTED_TOKEN",
+            help="Also accept this token, from a trusted writer: it may append the runtime's "
+            "events and items with instruction precedence (repeatable).",
+        ),
     ] = None,
     max_live_streams: Annotated[
         int,
@@ -128,10 +136,27 @@ def serve(
     ] = 100,  # server.sse.DEFAULT_MAX_LIVE_STREAMS (the server extra may be absent)
     extra_connections: Annotated[
         int,
-        typer.Option(min=0, help="Connections beyond the live streams, for ordinary requests."),
+        typer.Option(min=0, help="Requests in flight beyond the live streams; past it, 503."),
     ] = 100,  # server.runner.DEFAULT_EXTRA_CONNECTIONS (a test keeps the two equal)
+    header_timeout: Annotated[
+        float,
+        typer.Option(help="Seconds a connection has to send its request headers, or is closed."),
+    ] = 10.0,  # server.protocol.DEFAULT_HEADER_TIMEOUT
 ) -> None:
     """Serve a journal over HTTP + SSE, with the web inspector at /."""
+    trusted = tuple(trusted_token or ())
+    if not 0 <= port <= 65535:
+        _usage_error("--port", f"must be a TCP port from 0 to 65535, got {port}")
+    if token is not None and not token:
+        _usage_error("--token", "must not be empty (leave it out to serve without a token)")
+    if any(not value for value in trusted):
+        _usage_error("--trusted-token", "must not be empty")
+    if token is not None and token in trusted:
+        _usage_error("--trusted-token", "must differ from --token")
+    if not 0 < header_timeout < float("inf"):
+        _usage_error(
+            "--header-timeout", f"must be a positive number of seconds, got {header_timeout}"
+        )
     try:
         from .server import serve as run_server
     except ImportError as exc:  # the server extra is not installed: one line saying so
@@ -143,9 +168,19 @@ def serve(
         host,
         port,
         token=token,
+        trusted_tokens=trusted,
         max_live_streams=max_live_streams,
         extra_connections=extra_connections,
+        header_timeout=header_timeout,
     )
+
+
+def _usage_error(option: str, message: str) -> NoReturn:
+    """One line naming the option, and exit status 2 (a usage error), no traceback."""
+    Console(stderr=True).print(
+        f"error: {option} {message}", style="red", markup=False, soft_wrap=True
+    )
+    raise typer.Exit(2)
 
 
 def main() -> None:

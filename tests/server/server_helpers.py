@@ -14,6 +14,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from contextfold.events import Event
+from contextfold.server.runner import uvicorn_config
 
 __all__ = [
     "Running",
@@ -37,14 +38,14 @@ Serve = Callable[..., AbstractAsyncContextManager[Running]]
 
 
 @asynccontextmanager
-async def running(app: ASGIApp) -> AsyncIterator[Running]:
-    """Serve ``app`` with uvicorn on 127.0.0.1:<free port>, in this loop, until the block ends."""
+async def running(app: ASGIApp, **options: Any) -> AsyncIterator[Running]:
+    """Serve ``app`` on 127.0.0.1:<free port>, in this loop, until the block ends, with the
+    uvicorn configuration ``contextfold serve`` uses (``options`` override it)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, lifespan="off", log_config=None, log_level="warning", timeout_graceful_shutdown=2
-    )
+    settings: dict[str, Any] = {"log_config": None, "log_level": "warning"}
+    config = uvicorn_config(app, **{**settings, "timeout_graceful_shutdown": 2, **options})
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 import contextfold.server
@@ -141,3 +142,44 @@ def test_server_modules_declare_all() -> None:
         assert exported is not None, f"{info.name} has no __all__"
         for item in exported:
             assert hasattr(module, item), f"{info.name}.__all__ names {item!r}"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "option"),
+    [
+        (["--token", ""], "--token"),
+        (["--port", "99999"], "--port"),
+        (["--port", "-1"], "--port"),
+        (["--trusted-token", ""], "--trusted-token"),
+        (["--token", "same", "--trusted-token", "same"], "--trusted-token"),
+        (["--header-timeout", "0"], "--header-timeout"),
+    ],
+)
+def test_serve_refuses_bad_options_in_one_line(
+    tmp_path: Path, arguments: list[str], option: str
+) -> None:
+    db = tmp_path / "never.db"
+    done = subprocess.run(
+        [sys.executable, "-m", "contextfold", "serve", "--url", f"sqlite:///{db}", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "60"},
+    )
+    output = (done.stdout + done.stderr).strip()
+    assert done.returncode in (1, 2), output
+    assert "\n" not in output and option in output, output
+    assert "Traceback" not in output
+    assert not db.exists()  # refused before anything was opened
+
+
+def test_serve_has_the_trusted_token_option() -> None:
+    import inspect
+
+    from contextfold import cli
+    from contextfold.server.protocol import DEFAULT_HEADER_TIMEOUT
+
+    result = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
+    assert "--trusted-token" in result.output and "--header-timeout" in result.output
+    params = inspect.signature(cli.serve).parameters
+    assert params["header_timeout"].default == DEFAULT_HEADER_TIMEOUT

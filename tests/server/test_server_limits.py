@@ -13,6 +13,7 @@ from server_helpers import Running, Serve, SseReader, running
 import contextfold as cf
 from contextfold.errors import InvalidInputError
 from contextfold.server import create_app, runner, serve_async, sessions
+from contextfold.server.protocol import HeaderTimeoutProtocol
 from contextfold.transcript import TranscriptBus
 
 NOTE = {"events": [{"type": "note", "payload": {}}]}
@@ -50,7 +51,7 @@ async def test_serve_refuses_a_public_address_without_a_token(host: str) -> None
 @pytest.mark.parametrize(
     ("host", "extra"), [("127.0.0.1", None), ("127.0.0.2", "127.0.0.2"), ("::1", None)]
 )
-async def test_serve_accepts_its_loopback_address_and_limits_connections(
+async def test_serve_accepts_its_loopback_address_and_limits_requests(
     monkeypatch: pytest.MonkeyPatch, host: str, extra: str | None
 ) -> None:
     seen: dict[str, Any] = {}
@@ -60,11 +61,22 @@ async def test_serve_accepts_its_loopback_address_and_limits_connections(
             seen["config"] = config
 
         async def serve(self) -> None:
-            seen["hosts"] = runner._allowed_hosts(host, None)
+            seen["hosts"] = runner._allowed_hosts(host, False)
+
+    def capture(journal: cf.Journal, **options: Any) -> Any:
+        seen["options"] = options
+        return create_app(journal, **options)
 
     monkeypatch.setattr(runner, "_Server", FakeServer)
-    await serve_async("memory://", host, 0, max_live_streams=7, extra_connections=3)
-    assert seen["config"].limit_concurrency == 10
+    monkeypatch.setattr(runner, "create_app", capture)
+    await serve_async(
+        "memory://", host, 0, max_live_streams=7, extra_connections=3, header_timeout=4
+    )
+    # requests in flight are limited, not connections: idle sockets never count
+    assert seen["options"]["max_requests"] == 10
+    assert seen["config"].limit_concurrency is None
+    assert issubclass(seen["config"].http, HeaderTimeoutProtocol)
+    assert seen["config"].http.header_timeout == 4
     assert {"localhost", "127.0.0.1", "[::1]"} <= set(seen["hosts"])
     if extra is not None:
         assert extra in seen["hosts"]

@@ -11,11 +11,26 @@ from server_helpers import Running, Serve
 
 import contextfold as cf
 from contextfold.context.rebuild import RequestRecorded
+from contextfold.events import Event, runtime_only_types
 from contextfold.runtime.scheduling import AgentHalted
-from contextfold.server.body import RUNTIME_EVENT_TYPES
+from contextfold.server.writers import is_runtime_type
 
 ADDED = cf.ContextAdded.event_type
 NOTE = {"type": "note", "payload": {"text": "first"}}
+RUNTIME_CLASSES = (
+    cf.LlmRequestRequested,
+    cf.LlmResponse,
+    RequestRecorded,
+    cf.LlmRequestInterrupted,
+    AgentHalted,
+    cf.ToolCallResult,
+)
+
+
+class PluginStep(Event, type="test.plugin/step", runtime_only=True):
+    """A runtime-only event defined outside the server (and outside its namespace)."""
+
+    n: int = 0
 
 
 def _error(response: httpx.Response, kind: str = "RequestBodyError") -> str:
@@ -30,19 +45,22 @@ async def _post(server: Running, body: dict[str, Any]) -> httpx.Response:
     return await server.client.post("/v1/streams/s/events", json=body)
 
 
-def test_the_runtime_types_are_the_agent_event_classes() -> None:
-    classes = (
-        cf.LlmRequestRequested,
-        cf.LlmResponse,
-        RequestRecorded,
-        cf.LlmRequestInterrupted,
-        AgentHalted,
-    )
-    assert {cls.event_type for cls in classes} == RUNTIME_EVENT_TYPES
+def test_the_refused_types_are_the_declared_runtime_events() -> None:
+    declared = {cls.event_type for cls in RUNTIME_CLASSES}
+    assert declared <= runtime_only_types()
+    assert all(is_runtime_type(name) for name in runtime_only_types())
+    assert not is_runtime_type(ADDED) and not is_runtime_type("my-app/note")
 
 
 @pytest.mark.parametrize(
-    "type_name", [*sorted(RUNTIME_EVENT_TYPES), "contextfold.checkpoint/agent-context@1"]
+    "type_name",
+    [
+        *sorted(cls.event_type for cls in RUNTIME_CLASSES),
+        "contextfold.agent/tool-call-started",
+        "contextfold.agent/not-defined-yet",  # the runtime's namespace fails closed
+        "contextfold.checkpoint/agent-context@1",
+        PluginStep.event_type,  # declared runtime_only, unknown to the server
+    ],
 )
 async def test_runtime_events_are_refused(
     server: Running, journal: cf.Journal, type_name: str
@@ -50,7 +68,7 @@ async def test_runtime_events_are_refused(
     response = await _post(server, {"events": [NOTE, {"type": type_name, "payload": {}}]})
     message = _error(response)
     assert "events[1]" in message and '"type"' in message and type_name in message
-    assert "trusted_writer" in message
+    assert "trusted_writer" in message and "--trusted-token" in message
     assert await journal.list_streams() == ()
 
 

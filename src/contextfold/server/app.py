@@ -15,18 +15,17 @@ Routes (JSON unless noted; the namespace is the ``X-Contextfold-Namespace`` head
 
 Errors are JSON ``{"error": {"type", "message"}}`` (see :mod:`.errors`); no failed request
 writes anything. The app never opens or closes the journal it is given: its owner does.
+Appending is authority only where the operator grants it (see :mod:`.writers`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from importlib import resources
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
@@ -36,9 +35,16 @@ from ..journal import Journal
 from ..store.base import check_namespace
 from ..transcript.bus import TranscriptBus
 from ..transcript.store.base import TranscriptStore
-from .auth import BearerAuth
+from .auth import BearerAuth, token_writers
 from .body import DEFAULT_MAX_BODY_BYTES
 from .errors import handle_exception
+from .guard import HostGuard, PathGuard
+from .limits import (
+    DEFAULT_BODY_TIMEOUT,
+    DEFAULT_EXTRA_REQUESTS,
+    RequestLimits,
+    check_positive_seconds,
+)
 from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
@@ -78,6 +84,7 @@ def create_app(
     transcript: TranscriptStore | None = None,
     bus: TranscriptBus | None = None,
     token: str | None = None,
+    trusted_tokens: Iterable[str] = (),
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     heartbeat: float = DEFAULT_HEARTBEAT,
     tail_poll_interval: float = DEFAULT_TAIL_POLL_INTERVAL,
@@ -85,39 +92,51 @@ def create_app(
     trusted_writer: bool = False,
     namespaces: Iterable[str] | None = None,
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
+    max_requests: int | None = None,
+    max_client_requests: int | None = None,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT,
 ) -> Starlette:
     """The server app over ``journal`` (and optionally a transcript store and bus).
 
-    ``token``: require ``Authorization: Bearer <token>`` on every ``/v1/`` route.
+    ``token``: require ``Authorization: Bearer <token>`` on every ``/v1/`` route; its
+    holder writes as an external client (actor ``http``, id ``token``).
+    ``trusted_tokens``: tokens also accepted, whose holders are trusted writers (as with
+    ``trusted_writer``, for them only). With any token, every ``/v1/`` route needs one.
     ``max_body_bytes``: larger request bodies get 413 before they are read in full.
     ``heartbeat``: seconds of SSE silence before a comment keeps the stream open.
     ``tail_poll_interval``: seconds between a tail's polls for other processes' appends.
     ``allowed_hosts``: accepted ``Host`` headers (against DNS rebinding). When None: the
     loopback names (:data:`LOOPBACK_HOSTS`) without a token, any host with one.
-    ``trusted_writer``: accept appends of the events only the agent runtime writes (LLM
-    requests and responses, recorded requests, interruptions, halts, fold checkpoints,
-    and context items posing as the agent's own). Only for a trusted backend that appends
-    on the agent's behalf; by default they get 400, so a client cannot forge the agent.
+    ``trusted_writer``: every writer is trusted: the events only the agent runtime writes
+    (requests, answers, tool results, checkpoints, …), items posing as the agent or a tool
+    and ``agent/`` slots are accepted, and items keep their actors (none: platform
+    precedence). Only for a trusted backend that appends on the agent's behalf; by
+    default they get 400 and actorless items are stamped ``{"type": "http"}``.
     ``namespaces``: the namespaces served (others get 403); any namespace when None.
     ``max_live_streams``: SSE streams (``/tail`` and ``/live``) open at once; past it 503.
     ``app.state.live_streams.close()`` ends them all (a server shutting down calls it).
+    ``max_requests``: requests in flight at once, live streams included (default
+    ``max_live_streams`` + :data:`~.limits.DEFAULT_EXTRA_REQUESTS`); past it 503.
+    ``max_client_requests``: of those, from one client address (default half of
+    ``max_requests``); past it 429. ``body_timeout``: seconds a request body may take to
+    arrive; past it 408 (see :mod:`.limits`).
     Raises ValueError for an empty token or a bad limit.
     """
-    if token is not None and not token:
-        raise ValueError("token must be a non-empty str, or None for no authentication")
+    tokens = token_writers(token, trusted_tokens)
     for name, limit in (("max_body_bytes", max_body_bytes), ("max_live_streams", max_live_streams)):
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
-            raise ValueError(f"{name} must be a positive int, got {limit!r}")
-    for name, seconds in (("heartbeat", heartbeat), ("tail_poll_interval", tail_poll_interval)):
-        if (
-            isinstance(seconds, bool)
-            or not isinstance(seconds, int | float)
-            or not math.isfinite(seconds)
-            or seconds <= 0
-        ):
-            raise ValueError(
-                f"{name} must be a positive, finite number of seconds, got {seconds!r}"
-            )
+        _check_count(name, limit)
+    if max_requests is None:
+        max_requests = max_live_streams + DEFAULT_EXTRA_REQUESTS
+    _check_count("max_requests", max_requests)
+    if max_client_requests is None:
+        max_client_requests = max(1, max_requests // 2)
+    _check_count("max_client_requests", max_client_requests)
+    for name, seconds in (
+        ("heartbeat", heartbeat),
+        ("tail_poll_interval", tail_poll_interval),
+        ("body_timeout", body_timeout),
+    ):
+        check_positive_seconds(name, seconds)
     served: frozenset[str] | None = None
     if namespaces is not None:
         if isinstance(namespaces, str):
@@ -126,7 +145,7 @@ def create_app(
             served = frozenset(check_namespace(name) for name in namespaces)
         except ContextfoldError as exc:
             raise ValueError(str(exc)) from None
-    if allowed_hosts is None and token is None:
+    if allowed_hosts is None and not tokens:
         allowed_hosts = LOOPBACK_HOSTS
     slots = StreamSlots(max_live_streams)
     streams = StreamRoutes(
@@ -147,11 +166,21 @@ def create_app(
         namespaces=served,
     )
     routes: list[BaseRoute] = [*streams.routes(), *sessions.routes(), *_inspector_routes()]
-    middleware: list[Middleware] = []
+    middleware = [
+        Middleware(
+            RequestLimits,
+            max_requests=max_requests,
+            max_client_requests=max_client_requests,
+            body_timeout=float(body_timeout),
+        ),
+        Middleware(PathGuard),
+    ]
     if allowed_hosts is not None:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    if token is not None:
-        middleware.append(Middleware(BearerAuth, token=token))
+        if isinstance(allowed_hosts, str):
+            raise ValueError("allowed_hosts must be a collection of host names, not one str")
+        middleware.append(Middleware(HostGuard, allowed=tuple(allowed_hosts)))
+    if tokens:
+        middleware.append(Middleware(BearerAuth, tokens=tokens))
     app = Starlette(
         routes=routes,
         middleware=middleware,
@@ -163,6 +192,11 @@ def create_app(
     )
     app.state.live_streams = slots
     return app
+
+
+def _check_count(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
 def _inspector_routes() -> list[BaseRoute]:

@@ -1,8 +1,11 @@
 """Bearer-token authentication of the API routes.
 
-With a token configured, every request needs ``Authorization: Bearer <token>``, except
-the inspector's static files, which hold no data. The check fails closed: a path it does
-not know as public (also under a mount prefix it cannot see through) needs the token.
+With tokens configured, every request needs ``Authorization: Bearer <token>``, except
+the inspector's static files, which hold no data. Each token names a
+:class:`~.writers.Writer` (the app's ``token`` an external one, each of its
+``trusted_tokens`` a trusted one), put in the request's scope for the routes. The check
+fails closed: a path it does not know as public (also under a mount prefix it cannot see
+through) needs the token.
 Browsers cannot set headers on an ``EventSource``, so the SSE routes (and only they) also
 take the token as an ``access_token`` query parameter (RFC 6750 §2.3); it may then show
 up in access logs.
@@ -11,13 +14,15 @@ up in access logs.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Iterable, Mapping
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import AuthenticationError, error_response
+from .writers import WRITER_SCOPE_KEY, Writer
 
-__all__ = ["PUBLIC_PATHS", "BearerAuth"]
+__all__ = ["PUBLIC_PATHS", "BearerAuth", "token_writers"]
 
 PUBLIC_PATHS = frozenset({"/", "/inspector.js", "/inspector.css"})
 """Paths served without a token (relative to the app's root path)."""
@@ -25,22 +30,50 @@ PUBLIC_PATHS = frozenset({"/", "/inspector.js", "/inspector.css"})
 _SSE_SUFFIXES = ("/tail", "/live")
 
 
-class BearerAuth:
-    """ASGI middleware refusing unauthenticated API requests with a JSON 401."""
+def token_writers(token: str | None, trusted_tokens: Iterable[str] = ()) -> dict[str, Writer]:
+    """Each accepted token with the writer it authenticates: ``token`` an external writer
+    (named ``token``), each of ``trusted_tokens`` a trusted one. Empty: no authentication.
+    Raises ValueError for an empty token, or a trusted token equal to ``token``."""
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty str, or None for no authentication")
+    if isinstance(trusted_tokens, str):
+        raise ValueError("trusted_tokens must be a collection of tokens, not one str")
+    tokens = {} if token is None else {token: Writer("token")}
+    for trusted in trusted_tokens:
+        if not isinstance(trusted, str) or not trusted:
+            raise ValueError("every trusted token must be a non-empty str")
+        if trusted == token:
+            raise ValueError("a trusted token must differ from token")
+        tokens[trusted] = Writer("trusted", trusted=True)
+    return tokens
 
-    def __init__(self, app: ASGIApp, *, token: str, public: frozenset[str] = PUBLIC_PATHS) -> None:
-        if not isinstance(token, str) or not token:
-            raise ValueError("the server token must be a non-empty str")
+
+class BearerAuth:
+    """ASGI middleware refusing unauthenticated API requests with a JSON 401.
+
+    ``tokens`` maps each accepted token to the writer it authenticates. Raises ValueError
+    for no token or an empty one.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, tokens: Mapping[str, Writer], public: frozenset[str] = PUBLIC_PATHS
+    ) -> None:
+        if not tokens:
+            raise ValueError("the server needs at least one token")
+        for token in tokens:
+            if not isinstance(token, str) or not token:
+                raise ValueError("every server token must be a non-empty str")
         self.app = app
         self.public = public
-        self._token = token.encode()
+        self._tokens = tuple((token.encode(), writer) for token, writer in tokens.items())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _route_path(scope) in self.public:
             await self.app(scope, receive, send)
             return
         given = self._credentials(scope)
-        if given is None or not hmac.compare_digest(given.encode(), self._token):
+        writer = None if given is None else self._writer(given.encode())
+        if writer is None:
             reason = "no bearer token was sent" if given is None else "the bearer token is wrong"
             response = error_response(
                 AuthenticationError(
@@ -49,7 +82,14 @@ class BearerAuth:
             )
             await response(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        await self.app({**scope, WRITER_SCOPE_KEY: writer}, receive, send)
+
+    def _writer(self, given: bytes) -> Writer | None:
+        found = None
+        for token, writer in self._tokens:  # compare with every token: no early exit
+            if hmac.compare_digest(given, token):
+                found = writer
+        return found
 
     @staticmethod
     def _credentials(scope: Scope) -> str | None:

@@ -1,9 +1,12 @@
 """Request bodies and query values: read within a size limit, parsed strictly.
 
 Parsing happens before anything is written, so a malformed request never stores a
-thing: the body must be one JSON object with only the documented fields, and an event
-of a type this process knows (``contextfold.agent/context-added``, …) must validate
-against its Event class; it is still stored exactly as sent.
+thing: the body must be one JSON object with only the documented fields (no repeated
+key, no integer beyond 64 bits, meta strings of at most :data:`MAX_META_CHARS`), and an
+event of a type this process knows (``contextfold.agent/context-added``, …) must
+validate against its Event class. What the writer may append is :mod:`.writers`' rule;
+an event is stored as sent, except the http actor stamped on an external writer's
+actorless items.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from ..context.events import ContextAdded
 from ..errors import InvalidInputError, PayloadError, UnknownEventTypeError
 from ..events import Event, RawEvent, event_class
 from ..store.base import check_namespace
+from . import strict_json
 from .errors import BodyTooLargeError, ForbiddenError, RequestBodyError, UnsupportedMediaTypeError
+from .writers import ANONYMOUS, Writer, check_item, check_meta_actor, check_type
 
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
+    "MAX_META_CHARS",
     "NAMESPACE_HEADER",
-    "RUNTIME_EVENT_PREFIXES",
-    "RUNTIME_EVENT_TYPES",
     "AppendRequest",
     "parse_append",
     "query_int",
@@ -41,25 +45,9 @@ _APPEND_FIELDS = frozenset({"events", "expected_version", "idempotency_key", "ru
 _EVENT_FIELDS = frozenset({"type", "payload"})
 _MAX_TYPE_NAME = 200
 
-RUNTIME_EVENT_TYPES = frozenset(
-    {
-        "contextfold.agent/llm-request-requested",
-        "contextfold.agent/llm-response",
-        "contextfold.agent/request-recorded",
-        "contextfold.agent/llm-request-interrupted",
-        "contextfold.agent/halted",
-    }
-)
-"""Event types only the agent runtime writes: an HTTP client appending one could forge a
-request, the model's answer or the loop's state (unless the app has ``trusted_writer``)."""
-
-RUNTIME_EVENT_PREFIXES = ("contextfold.checkpoint/",)
-"""Type prefixes only the runtime writes (fold checkpoints)."""
-
-_TRUSTED_HINT = (
-    "only the agent runtime writes it; a trusted backend appending on the agent's behalf "
-    "needs a server created with create_app(..., trusted_writer=True)"
-)
+MAX_META_CHARS = 200
+"""Most characters of ``idempotency_key``, ``run_id`` and ``actor``: they are copied into
+every event of the append, so one small body must not write a large journal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,9 +83,11 @@ async def read_json(request: Request, *, max_bytes: int) -> Any:
             raise BodyTooLargeError(_too_large(size, max_bytes))
         chunks.append(chunk)
     try:
-        return orjson.loads(b"".join(chunks))
+        return strict_json.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
         raise RequestBodyError(f"the body is not valid JSON: {exc}") from None
+    except strict_json.StrictJsonError as exc:
+        raise RequestBodyError(f"the body is refused at {exc}; nothing was written") from None
 
 
 def _too_large(size: int, limit: int) -> str:
@@ -107,22 +97,33 @@ def _too_large(size: int, limit: int) -> str:
     )
 
 
-def parse_append(body: Any, *, trusted_writer: bool = False) -> AppendRequest:
-    """The append request in ``body``. Raises RequestBodyError naming the field at fault,
-    PayloadError for a payload its registered Event class rejects.
+def parse_append(body: Any, writer: Writer = ANONYMOUS) -> AppendRequest:
+    """The append request in ``body`` from ``writer``. Raises RequestBodyError naming the
+    field at fault, PayloadError for a payload its registered Event class rejects.
 
-    Unless ``trusted_writer``, events only the agent runtime writes are refused (see
-    :data:`RUNTIME_EVENT_TYPES`), and so is a ``context-added`` item posing as the agent's
-    own (role assistant, actor agent, ``llm_request_offset`` or ``compaction``). A body
-    ``actor`` needs every ``context-added`` payload to name its actor too: the payload's
-    actor, not the body's, decides the wire role."""
+    What an external (not trusted) writer may not append, and the actor stamped on its
+    actorless items, are :mod:`.writers`' rules. A body ``actor`` needs every
+    ``context-added`` payload to name its actor too: the payload's actor, not the body's,
+    decides the wire role."""
     fields = _object(body, "the body", _APPEND_FIELDS)
     raw_events = fields.get("events")
     if not isinstance(raw_events, list) or not raw_events:
         raise RequestBodyError('"events" must be a non-empty list of {"type", "payload"} objects')
+    strings = {}
+    for name in ("idempotency_key", "run_id", "actor"):
+        value = fields.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise RequestBodyError(f'"{name}" must be a non-empty string, got {value!r}')
+        if value is not None and len(value) > MAX_META_CHARS:
+            raise RequestBodyError(
+                f'"{name}" is {len(value)} characters, over the limit of {MAX_META_CHARS}: '
+                "it is stored with every event of the append"
+            )
+        strings[name] = value
     body_actor = fields.get("actor")
+    check_meta_actor(body_actor, writer)
     events = tuple(
-        _event(index, item, trusted_writer=trusted_writer, body_actor=body_actor)
+        _event(index, item, writer=writer, body_actor=body_actor)
         for index, item in enumerate(raw_events)
     )
     expected = fields.get("expected_version")
@@ -130,12 +131,6 @@ def parse_append(body: Any, *, trusted_writer: bool = False) -> AppendRequest:
         isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
     ):
         raise RequestBodyError(f'"expected_version" must be an int >= 0, got {expected!r}')
-    strings = {}
-    for name in ("idempotency_key", "run_id", "actor"):
-        value = fields.get(name)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise RequestBodyError(f'"{name}" must be a non-empty string, got {value!r}')
-        strings[name] = value
     return AppendRequest(events, expected, **strings)
 
 
@@ -151,7 +146,7 @@ def _object(value: Any, where: str, allowed: frozenset[str]) -> Mapping[str, Any
     return value
 
 
-def _event(index: int, item: Any, *, trusted_writer: bool, body_actor: object) -> RawEvent:
+def _event(index: int, item: Any, *, writer: Writer, body_actor: object) -> RawEvent:
     where = f"events[{index}]"
     fields = _object(item, where, _EVENT_FIELDS)
     type_name = fields.get("type")
@@ -167,10 +162,7 @@ def _event(index: int, item: Any, *, trusted_writer: bool, body_actor: object) -
     if "payload" not in fields:
         raise RequestBodyError(f'{where} has no "payload" (send {{}} for an empty one)')
     payload = fields["payload"]
-    if not trusted_writer and (
-        type_name in RUNTIME_EVENT_TYPES or type_name.startswith(RUNTIME_EVENT_PREFIXES)
-    ):
-        raise RequestBodyError(f'{where}."type" {type_name!r} is refused: {_TRUSTED_HINT}')
+    check_type(where, type_name, writer)
     cls: type[Event] | None
     try:
         cls = event_class(type_name)
@@ -195,34 +187,8 @@ def _event(index: int, item: Any, *, trusted_writer: bool, body_actor: object) -
                 "nothing was written"
             )
         if isinstance(event, ContextAdded):
-            _check_context_added(where, event, trusted_writer=trusted_writer, body_actor=body_actor)
+            payload = check_item(where, event, payload, writer, body_actor=body_actor)
     return RawEvent(type_name, payload)
-
-
-def _check_context_added(
-    where: str, item: ContextAdded, *, trusted_writer: bool, body_actor: object
-) -> None:
-    if body_actor is not None and item.actor is None:
-        raise RequestBodyError(
-            f'{where}.payload has no "actor" while the body says actor={body_actor!r}: '
-            'give the actor in payload.actor (e.g. {"type": "webhook"}), it decides the '
-            "wire role; the body's actor is only stored as metadata"
-        )
-    if trusted_writer:
-        return
-    if item.role == "assistant":
-        field = 'payload.role "assistant"'
-    elif item.actor is not None and item.actor.type == "agent":
-        field = 'payload.actor.type "agent"'
-    elif item.llm_request_offset is not None:
-        field = "payload.llm_request_offset"
-    elif item.compaction is not None:
-        field = "payload.compaction"
-    else:
-        return
-    raise RequestBodyError(
-        f"{where}.{field} is refused: the item would pose as the agent's own; {_TRUSTED_HINT}"
-    )
 
 
 def _unknown_keys(model: type[BaseModel], value: Any, where: str) -> list[str]:

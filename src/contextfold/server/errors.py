@@ -14,8 +14,12 @@ subclasses of the tree, so a Python caller catching ``InvalidInputError`` catche
     │   ├── ConflictError            409  wrong expected version, idempotency key reuse
     │   └── StoreUnavailableError    503
     ├── TooManyStreamsError          503  every live-stream (SSE) slot is taken
-    └── InvalidInputError            400  bad names, payloads, query values
+    ├── TooManyRequestsError         429  this client address has its share in flight
+    ├── ServerBusyError              503  the server has its limit of requests in flight
+    └── InvalidInputError            400  bad names, payloads, query values, paths
         ├── RequestBodyError         400  not JSON, unknown or missing fields
+        ├── HostNotAllowedError      400  a ``Host`` header the server does not serve
+        ├── RequestTimeoutError      408  the body did not arrive in time
         ├── BodyTooLargeError        413
         └── UnsupportedMediaTypeError 415
 """
@@ -42,8 +46,12 @@ __all__ = [
     "AuthenticationError",
     "BodyTooLargeError",
     "ForbiddenError",
+    "HostNotAllowedError",
     "NotFoundError",
     "RequestBodyError",
+    "RequestTimeoutError",
+    "ServerBusyError",
+    "TooManyRequestsError",
     "TooManyStreamsError",
     "UnsupportedMediaTypeError",
     "error_body",
@@ -66,12 +74,28 @@ class TooManyStreamsError(ContextfoldError):
     """Every live-stream slot (``max_live_streams``) is taken: retry later."""
 
 
+class TooManyRequestsError(ContextfoldError):
+    """The client's address has its share of requests in flight (``max_client_requests``)."""
+
+
+class ServerBusyError(ContextfoldError):
+    """The server has its limit of requests in flight (``max_requests``): retry later."""
+
+
 class NotFoundError(ContextfoldError, LookupError):
     """No such route, or the server was started without the surface asked for."""
 
 
 class RequestBodyError(InvalidInputError):
     """The request body is not a JSON object of the documented shape (names the field)."""
+
+
+class HostNotAllowedError(InvalidInputError):
+    """The ``Host`` header names a host the server does not serve (against DNS rebinding)."""
+
+
+class RequestTimeoutError(InvalidInputError):
+    """The request body did not arrive within the server's body timeout; nothing was written."""
 
 
 class BodyTooLargeError(InvalidInputError):
@@ -88,12 +112,15 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (NotFoundError, 404),
     (RebuildError, 404),
     (ConflictError, 409),
+    (RequestTimeoutError, 408),
     (BodyTooLargeError, 413),
     (UnsupportedMediaTypeError, 415),
     (InvalidInputError, 400),
     (StoreUnavailableError, 503),
     (StoreFileMovedError, 503),  # reopening the journal, not a retry, fixes it
     (TooManyStreamsError, 503),
+    (TooManyRequestsError, 429),
+    (ServerBusyError, 503),
     (ContextfoldError, 500),
 )
 """Status of each error class; the first entry the error is an instance of wins."""
@@ -116,6 +143,10 @@ def error_response(exc: BaseException) -> Response:
     """The JSON error response for ``exc``."""
     status, body = error_body(exc)
     headers = {"WWW-Authenticate": 'Bearer realm="contextfold"'} if status == 401 else None
+    if isinstance(exc, TooManyRequestsError | ServerBusyError):
+        headers = {"Retry-After": "1"}
+    elif isinstance(exc, RequestTimeoutError):
+        headers = {"Connection": "close"}  # the rest of the body is not worth waiting for
     if isinstance(exc, HTTPException) and exc.headers:
         headers = {**(headers or {}), **exc.headers}
     return JSONResponse(body, status_code=status, headers=headers)

@@ -5,19 +5,32 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
+from collections.abc import Iterable
+from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from ..errors import InvalidInputError
 from ..journal import open_journal
 from .app import LOOPBACK_HOSTS, create_app
+from .auth import token_writers
+from .limits import DEFAULT_EXTRA_REQUESTS, check_positive_seconds
+from .protocol import DEFAULT_HEADER_TIMEOUT, header_timeout_protocol
 from .sse import DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 
-__all__ = ["DEFAULT_EXTRA_CONNECTIONS", "LOOPBACK_HOSTS", "serve", "serve_async"]
+__all__ = [
+    "DEFAULT_EXTRA_CONNECTIONS",
+    "LOOPBACK_HOSTS",
+    "serve",
+    "serve_async",
+    "uvicorn_config",
+]
 
-DEFAULT_EXTRA_CONNECTIONS = 100
-"""Connections uvicorn takes beyond ``max_live_streams`` (its ``limit_concurrency`` is the
-sum): room for ordinary requests while every stream slot is taken; past it, 503."""
+DEFAULT_EXTRA_CONNECTIONS = DEFAULT_EXTRA_REQUESTS
+"""Requests in flight beyond ``max_live_streams`` (the app's ``max_requests`` is the sum):
+room for ordinary requests while every stream slot is taken; past it, 503. Idle
+connections count for nothing: those that do not send their headers in time are closed."""
 
 # Requests still running when shutdown begins get this long, then are cut.
 _SHUTDOWN_GRACE = 3
@@ -45,9 +58,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _allowed_hosts(host: str, token: str | None) -> tuple[str, ...] | None:
+def _allowed_hosts(host: str, authenticated: bool) -> tuple[str, ...] | None:
     if not _is_loopback(host):
-        if token is None:
+        if not authenticated:
             raise InvalidInputError(
                 f"refusing to serve on {host!r} without a token: anyone who can reach it "
                 "could read and write the journal; pass --token (or CONTEXTFOLD_TOKEN), "
@@ -59,40 +72,80 @@ def _allowed_hosts(host: str, token: str | None) -> tuple[str, ...] | None:
     return LOOPBACK_HOSTS if bound in LOOPBACK_HOSTS else (*LOOPBACK_HOSTS, bound)
 
 
+def uvicorn_config(
+    app: ASGIApp,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    **options: Any,
+) -> uvicorn.Config:
+    """The uvicorn configuration ``serve`` runs ``app`` with: HTTP/1.1 whose connections
+    must send their request headers within ``header_timeout`` seconds (see
+    :mod:`.protocol`), no connection cap (the app counts requests in flight instead).
+    ``options`` go to uvicorn as they are."""
+    seconds = check_positive_seconds("header_timeout", header_timeout)
+    settings: dict[str, Any] = {
+        "lifespan": "off",
+        "timeout_graceful_shutdown": _SHUTDOWN_GRACE,
+        "log_level": "info",
+        **options,
+    }
+    return uvicorn.Config(
+        app, host=host, port=port, http=header_timeout_protocol(seconds), **settings
+    )
+
+
+def _check_address(host: object, port: object) -> None:
+    if not isinstance(host, str) or not host:
+        raise InvalidInputError(f"host must be a non-empty interface name, got {host!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise InvalidInputError(f"port must be a TCP port from 0 to 65535, got {port!r}")
+
+
 async def serve_async(
     url: str,
     host: str = "127.0.0.1",
     port: int = 8765,
     *,
     token: str | None = None,
+    trusted_tokens: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
 ) -> None:
     """Serve the journal at ``url`` on ``host:port`` until the process is told to stop.
 
     On a loopback address only loopback ``Host`` headers (and the address itself) are
     accepted, so a web page cannot reach the server through DNS rebinding. Any other
     address needs a token (InvalidInputError otherwise, before anything is opened).
-    The journal is closed on the way out.
+    ``trusted_tokens`` authenticate trusted writers (see ``create_app``). At most
+    ``max_live_streams + extra_connections`` requests are in flight; a connection that
+    has not sent its request headers ``header_timeout`` seconds after opening is closed.
+    The journal is closed on the way out. Raises InvalidInputError for a bad address,
+    ValueError for a bad token or limit, both before anything is opened.
     """
-    allowed_hosts = _allowed_hosts(host, token)
+    _check_address(host, port)
+    trusted = tuple(trusted_tokens)
+    allowed_hosts = _allowed_hosts(host, bool(token_writers(token, trusted)))
+    check_positive_seconds("header_timeout", header_timeout)
+    if (
+        isinstance(extra_connections, bool)
+        or not isinstance(extra_connections, int)
+        or extra_connections < 0
+    ):
+        raise ValueError(f"extra_connections must be an int >= 0, got {extra_connections!r}")
     # Entering the journal opens the store now: a bad URL or file fails before serving.
     async with open_journal(url) as journal:
         app = create_app(
             journal,
             token=token,
+            trusted_tokens=trusted,
             allowed_hosts=allowed_hosts,
             max_live_streams=max_live_streams,
+            max_requests=max_live_streams + extra_connections,
         )
-        config = uvicorn.Config(
-            app,
-            host=host,
-            port=port,
-            limit_concurrency=max_live_streams + extra_connections,
-            lifespan="off",
-            timeout_graceful_shutdown=_SHUTDOWN_GRACE,
-            log_level="info",
-        )
+        config = uvicorn_config(app, host, port, header_timeout=header_timeout)
         await _Server(config, app.state.live_streams).serve()
 
 
@@ -102,8 +155,10 @@ def serve(
     port: int = 8765,
     *,
     token: str | None = None,
+    trusted_tokens: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT,
 ) -> None:
     """Blocking :func:`serve_async` (what ``contextfold serve`` runs)."""
     asyncio.run(
@@ -112,7 +167,9 @@ def serve(
             host,
             port,
             token=token,
+            trusted_tokens=trusted_tokens,
             max_live_streams=max_live_streams,
             extra_connections=extra_connections,
+            header_timeout=header_timeout,
         )
     )

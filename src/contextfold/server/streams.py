@@ -27,6 +27,7 @@ from .encode import (
     streams_json,
 )
 from .sse import EventStreamResponse, SSEMessage, StreamSlots, aclose_iterator
+from .writers import ANONYMOUS, Writer, writer_of
 
 __all__ = ["MAX_PAGE", "SHA256_HEADER", "StreamRoutes"]
 
@@ -93,10 +94,10 @@ class StreamRoutes:
     async def append(self, request: Request) -> Response:
         """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""
         journal, stream = self._stream(request)
-        body = parse_append(
-            await read_json(request, max_bytes=self.max_body_bytes),
-            trusted_writer=self.trusted_writer,
-        )
+        writer = writer_of(request.scope, ANONYMOUS)
+        if self.trusted_writer:
+            writer = Writer(writer.name, trusted=True)
+        body = parse_append(await read_json(request, max_bytes=self.max_body_bytes), writer)
         result = await journal.append(
             stream,
             body.events,
