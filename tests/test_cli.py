@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,93 @@ def test_demo_with_an_unreachable_provider_says_so_and_keeps_the_request(
         types = [e.type for e in journal.read("demo/coding-session").events]
     assert cf.LlmRequestRequested.event_type in types
     assert cf.LlmResponse.event_type not in types
+
+
+def _recorded_session(url: str) -> int:
+    """Run the agent once on the session: returns the offset of its recorded request."""
+    import asyncio
+
+    async def run() -> int:
+        async with cf.open_journal(url) as journal:
+            agent = cf.Agent(journal, "chat", cf.FunctionModel(lambda request: "hi"))
+            return (await agent.run_until_idle()).requests[0]
+
+    return asyncio.run(run())
+
+
+def _corrupt(url: str, position: int, data: bytes | str) -> str:
+    """Overwrite the payload of row ``position`` of stream chat, as a foreign writer could;
+    returns its type."""
+    path = url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as db:
+        (kind,) = db.execute(
+            "SELECT type FROM cf_events WHERE stream = 'chat' AND position = ?", (position,)
+        ).fetchone()
+        db.execute(
+            "UPDATE cf_events SET data = ? WHERE stream = 'chat' AND position = ?",
+            (data, position),
+        )
+    db.close()
+    return str(kind)
+
+
+def _position_of(url: str, event_type: str) -> int:
+    with cf.open_journal_sync(url) as journal:
+        (found,) = journal.latest("chat", [event_type])
+        return found.position
+
+
+def test_events_reports_corrupt_rows_and_prints_the_others(session: str) -> None:
+    """Not JSON (as bytes or as text) and no longer valid for its class: each reported with
+    stream and position on stderr, every sound row printed, exit status 1."""
+    _recorded_session(session)
+    with cf.open_journal_sync(session) as journal:
+        total = journal.version("chat")
+    _corrupt(session, 1, b"{{{")
+    _corrupt(session, 2, '{"role": 5, "content": "hello?"}')  # TEXT, valid JSON, bad field
+    _corrupt(session, 3, "not json")  # stored as TEXT, not as a blob
+    result = runner.invoke(app, ["events", "chat", "--url", session])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    printed = [line.split("\t")[0] for line in result.stdout.splitlines()]
+    assert printed == [str(p) for p in range(4, total + 1)]
+    errors = result.stderr.splitlines()
+    assert errors[0].startswith("corrupt row: stream 'chat' position 1 (type ")
+    assert "not valid JSON" in errors[0]
+    assert errors[1].startswith("corrupt row: stream 'chat' position 2 (type ")
+    assert "no longer decodes it" in errors[1] and "role" in errors[1]
+    assert errors[2].startswith("corrupt row: stream 'chat' position 3") and "JSON" in errors[2]
+    assert errors[3] == "3 corrupt row(s) in stream 'chat', not printed"
+
+
+def test_events_of_a_sound_stream_exits_0(session: str) -> None:
+    result = runner.invoke(app, ["events", "chat", "--url", session])
+    assert result.exit_code == 0 and result.stderr == ""
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == ["1", "2"]
+
+
+def test_verify_reports_a_corrupt_request_record_as_a_drift(session: str) -> None:
+    _recorded_session(session)
+    record = _position_of(session, "contextfold.agent/request-recorded")
+    _corrupt(session, record, b"\xff\xfe not even utf-8")
+    result = runner.invoke(app, ["verify", "chat", "--url", session])
+    assert result.exit_code == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert f"@{record}: corrupt row, stream 'chat' position {record} (type " in result.stdout
+    assert "byte for byte" not in result.stdout
+
+
+def test_verify_reports_a_context_row_its_class_rejects_and_the_drift_it_causes(
+    session: str,
+) -> None:
+    """The rebuild leaves the corrupt row out (as the folds do), so the request that held
+    it no longer rebuilds to its recorded bytes: both are reported."""
+    offset = _recorded_session(session)
+    kind = _corrupt(session, 2, b'{"role": ["not", "a", "role"], "content": 7}')
+    assert kind == cf.ContextAdded.event_type
+    result = runner.invoke(app, ["verify", "chat", "--url", session])
+    assert result.exit_code == 1, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"@2: corrupt row, stream 'chat' position 2 (type {kind!r})")
+    assert "no longer decodes it" in lines[0]
+    assert f"@{offset}: bytes differ" in lines[1:]

@@ -69,13 +69,27 @@ def events(
     after: Annotated[str | None, typer.Option(help="Cursor to read after.")] = None,
     limit: Annotated[int, typer.Option(help="Most events to print.")] = 100,
 ) -> None:
-    """Print a stream's events as JSON lines: position, type and payload."""
-    from .journal import open_journal_sync
+    """Print a stream's events as JSON lines: position, type and payload.
 
+    A corrupt row (not JSON, or no longer valid for its event class) is reported on stderr
+    with its stream and position, the others are printed, and the exit status is 1.
+    """
+    from .journal import open_journal_sync
+    from .store.rows import corrupt_row
+
+    corrupt = 0
     with open_journal_sync(url) as journal:
         page = journal.read(stream, after=after, limit=limit)
         for event in page.events:
-            sys.stdout.write(f"{event.position}\t{event.type}\t{event.data.decode()}\n")
+            bad = corrupt_row(event)
+            if bad is None:
+                sys.stdout.write(f"{event.position}\t{event.type}\t{event.data.decode()}\n")
+            else:
+                corrupt += 1
+                sys.stderr.write(f"corrupt row: {bad}\n")
+    if corrupt:
+        sys.stderr.write(f"{corrupt} corrupt row(s) in stream {stream!r}, not printed\n")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -97,16 +111,24 @@ def rebuild(
 
 @app.command()
 def verify(stream: Stream, url: Url = DEMO_URL) -> None:
-    """Rebuild every recorded request of a stream and report any whose bytes drifted."""
+    """Rebuild every recorded request of a stream and report any whose bytes drifted.
+
+    A corrupt row is reported as a drift too, with its stream and position; the rebuild
+    leaves it out, as the folds do.
+    """
     from .context.rebuild import verify_requests
     from .journal import open_journal
+    from .store.rows import SkipCorrupt
 
     async def run() -> int:
         async with open_journal(url) as journal:
-            drifts = await verify_requests(journal, stream)
+            reader = SkipCorrupt(journal)
+            drifts = await verify_requests(reader, stream)
+        for row in reader.corrupt:
+            console.print(f"@{row.position}: corrupt row, {row}", markup=False, soft_wrap=True)
         for drift in drifts:
             console.print(f"@{drift.request_offset}: {drift.error or 'bytes differ'}", markup=False)
-        return len(drifts)
+        return len(drifts) + len(reader.corrupt)
 
     if asyncio.run(run()):
         raise typer.Exit(1)

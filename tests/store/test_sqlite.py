@@ -88,3 +88,22 @@ async def test_a_read_sees_one_snapshot_across_a_delete_and_recreate(tmp_path: P
         other.close()
     finally:
         await journal.close()
+
+
+async def test_a_payload_another_writer_stored_as_text_reads_as_bytes(tmp_path: Path) -> None:
+    """Every reader takes ``data`` as bytes: a TEXT value written by a foreign tool (valid
+    JSON or not) still comes back as bytes, so a bad one surfaces as a corrupt row."""
+    path = tmp_path / "journal.db"
+    async with Journal(SQLiteStore(path)) as journal:
+        await journal.append("s", [raw(1), raw(2)])
+        with sqlite3.connect(path) as other:
+            other.execute("UPDATE cf_events SET data = '{\"i\": 7}' WHERE position = 1")
+            other.execute("UPDATE cf_events SET data = 'not json' WHERE position = 2")
+        other.close()
+        first, second = (await journal.read("s")).events
+        assert (first.data, first.payload) == (b'{"i": 7}', {"i": 7})
+        assert second.data == b"not json"
+        with pytest.raises(cf.CorruptEventError, match="stream 's' position 2"):
+            _ = second.payload
+        (newest,) = await journal.latest("s", ["note"])
+        assert newest.data == b"not json"
