@@ -193,3 +193,15 @@ def test_strict_parsing_refuses_any_big_integer_or_repeated_key(
     repeated = f"{body[:-1]}, {json.dumps(key)}: null}}".encode()
     with pytest.raises(strict_json.StrictJsonError, match="more than once"):
         strict_json.loads(repeated)
+
+
+def test_the_readme_states_the_limits() -> None:
+    from pathlib import Path
+
+    from contextfold.server.limits import DEFAULT_BODY_TIMEOUT
+    from contextfold.server.protocol import DEFAULT_HEADER_TIMEOUT
+
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert f"at most {MAX_META_CHARS} characters" in readme
+    assert f"`--header-timeout` seconds ({DEFAULT_HEADER_TIMEOUT:g})" in readme
+    assert f"`body_timeout` seconds ({DEFAULT_BODY_TIMEOUT:g}; else 408)" in readme
