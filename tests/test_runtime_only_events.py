@@ -40,6 +40,7 @@ def test_the_agent_runtime_events_are_declared() -> None:
         cf.LlmResponse,
         cf.LlmRequestInterrupted,
         cf.ToolCallResult,
+        cf.ToolCallStarted,
         RequestRecorded,
         AgentHalted,
     )
