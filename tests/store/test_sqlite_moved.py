@@ -133,6 +133,22 @@ async def test_a_file_moved_back_before_the_write_is_accepted(tmp_path: Path) ->
     assert _events(path, "s") == [1, 2]
 
 
+async def test_a_relative_path_stays_the_same_file_after_a_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    journal = Journal(SQLiteStore("journal.db"))
+    try:
+        await journal.append("s", raw(1))
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        assert (await journal.append("s", raw(2))).last_position == 2
+    finally:
+        await journal.close()
+    assert _events(tmp_path / "journal.db", "s") == [1, 2]
+
+
 async def test_other_connections_checkpointing_and_closing_are_no_move(tmp_path: Path) -> None:
     """Another connection writing, truncating the WAL and closing keeps the same files."""
     path = tmp_path / "journal.db"

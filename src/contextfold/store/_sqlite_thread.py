@@ -167,9 +167,11 @@ class SQLiteThread:
         # Stat'ed just after connecting: a replace racing the connect itself goes unseen.
         if self.path in ("", ":memory:"):
             return ()
-        info = os.stat(self.path)
-        found = [(self.path, (info.st_dev, info.st_ino))]
-        for name in (self.path + suffix for suffix in _COMPANIONS):
+        # Absolute, as SQLite resolved it when opening: a later chdir moves no file.
+        path = os.path.abspath(self.path)
+        info = os.stat(path)
+        found = [(path, (info.st_dev, info.st_ino))]
+        for name in (path + suffix for suffix in _COMPANIONS):
             try:
                 info = os.stat(name)
             except FileNotFoundError:
