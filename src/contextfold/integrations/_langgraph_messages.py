@@ -1,0 +1,394 @@
+"""The model's view of a LangGraph message list: budgeted, pair-safe and trust-aware.
+
+:func:`budget_messages` cuts a message list into units: a trusted system message is
+pinned, an AI message with tool calls and the tool messages answering all its calls (right
+after it) are one unit, any other message is a unit of its own. A tool call without all its
+results, or a result without its call, is left out whole (``unpaired``): a provider refuses
+either. Units are dropped from the oldest end (contextfold's :class:`~contextfold.ContextView`
+with ``drop_oldest``) until the view fits the budget; the system messages and the newest
+``keep_newest`` units are never dropped.
+
+Trust follows contextfold's rule (``context.trust``): a message marked with an actor
+(:func:`untrusted`, or ``additional_kwargs["contextfold_actor"]``) that is not trusted never
+reaches the model as a system message; an untrusted system message is sent as a human
+message, in its place, and is trimmed like any other unit.
+
+:func:`budgeted_messages` wraps it as a LangGraph ``pre_model_hook`` (or node) that can also
+record every message it sees, once, as a ``cf.ContextAdded`` item on a journal stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    convert_to_messages,
+)
+from langchain_core.runnables import RunnableLambda
+from pydantic import ValidationError
+from pyrsistent import PSet, pset
+
+from ..canonical import sha256_hex
+from ..context.events import Actor, ContextAdded, ModelToolCall, Ref
+from ..context.trust import is_trusted, trusted_extensions
+from ..errors import InvalidInputError
+from ..events import Envelope
+from ..folds.fold import Fold
+from ..folds.segmented import Segment, SegmentedFold, SegmentedState
+from ..journal import Journal, SyncJournal
+from ..store.base import check_stream
+from ..views.strategies import drop_oldest, newest
+from ..views.tokens import approx_tokens
+from ..views.view import ContextView, check_budget
+from ._journal_bridge import JournalBridge
+
+__all__ = [
+    "ACTOR_KEY",
+    "MESSAGE_REF",
+    "MessagesView",
+    "actor_of",
+    "budget_messages",
+    "budgeted_messages",
+    "untrusted",
+]
+
+M = TypeVar("M", bound=BaseMessage)
+Counter = Callable[[BaseMessage], float]
+
+ACTOR_KEY = "contextfold_actor"
+"""The ``additional_kwargs`` key holding a message's actor (``{"type": ..., "id": ...}``)."""
+MESSAGE_REF = "langgraph-message"
+"""The ``Ref.type`` naming the LangGraph message a recorded ContextAdded item came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesView:
+    """What the model is handed, and what was left out of it (each oldest first)."""
+
+    messages: tuple[BaseMessage, ...]
+    tokens: float
+    budget: float
+    dropped: tuple[BaseMessage, ...]
+    """Whole units trimmed to fit the budget."""
+    unpaired: tuple[BaseMessage, ...]
+    """Tool calls missing a result, and results missing their call."""
+    downgraded: tuple[BaseMessage, ...]
+    """Untrusted system messages (as given), sent as human messages."""
+
+    @property
+    def over_budget(self) -> bool:
+        """True when even the pinned messages do not fit."""
+        return self.tokens > self.budget
+
+
+def untrusted(message: M, *, actor: str, id: str | None = None) -> M:
+    """A copy of ``message`` marked as content from an untrusted ``actor`` (``"slack"``,
+    ``"email"``, ``"webhook"``, …). Raises InvalidInputError for a malformed or trusted type."""
+    if not isinstance(message, BaseMessage):
+        raise InvalidInputError(f"untrusted() takes a message, got {type(message).__name__}")
+    try:
+        marked = Actor(type=actor, id=id)
+    except ValidationError as exc:
+        raise InvalidInputError(f"untrusted(): {exc.errors()[0]['msg']}") from exc
+    if is_trusted(marked, trusted_extensions()):
+        raise InvalidInputError(
+            f"untrusted(): actor type {actor!r} is trusted; mark external content with its "
+            "source type (slack, email, webhook, github, tool, …)"
+        )
+    kwargs = {**message.additional_kwargs, ACTOR_KEY: marked.model_dump(exclude_none=True)}
+    return message.model_copy(update={"additional_kwargs": kwargs})
+
+
+def actor_of(message: BaseMessage) -> Actor | None:
+    """The actor a message is marked with, or None. Raises InvalidInputError naming the
+    message when the marking is not an actor."""
+    marking = message.additional_kwargs.get(ACTOR_KEY)
+    if marking is None:
+        return None
+    try:
+        return Actor.model_validate(marking)
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"message {message.id!r}: additional_kwargs[{ACTOR_KEY!r}] is not an actor "
+            f"({exc.errors()[0]['msg']}): mark messages with untrusted(message, actor=...)"
+        ) from exc
+
+
+def _system_like(message: BaseMessage) -> bool:
+    if isinstance(message, SystemMessage):
+        return True
+    return isinstance(message, ChatMessage) and message.role in ("system", "developer")
+
+
+def _trusted(message: BaseMessage) -> bool:
+    return is_trusted(actor_of(message), trusted_extensions())
+
+
+def _as_human(message: BaseMessage) -> HumanMessage:
+    return HumanMessage(
+        content=message.content,
+        id=message.id,
+        name=message.name,
+        additional_kwargs=message.additional_kwargs,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Units:
+    pinned: list[tuple[int, BaseMessage]]
+    units: list[tuple[int, tuple[BaseMessage, ...]]]
+    unpaired: list[BaseMessage]
+    downgraded: list[BaseMessage]
+
+
+def _units(messages: Sequence[BaseMessage]) -> _Units:
+    found = _Units([], [], [], [])
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        if _system_like(message):
+            if _trusted(message):
+                found.pinned.append((i, message))
+            else:
+                found.downgraded.append(message)
+                found.units.append((i, (_as_human(message),)))
+            i += 1
+        elif isinstance(message, AIMessage) and message.tool_calls:
+            calls = [call.get("id") for call in message.tool_calls]
+            answered: set[str] = set()
+            end = i + 1
+            while end < len(messages):
+                result = messages[end]
+                if not isinstance(result, ToolMessage) or result.tool_call_id not in calls:
+                    break
+                if result.tool_call_id in answered:
+                    break
+                answered.add(result.tool_call_id)
+                end += 1
+            if None not in calls and answered == set(calls):
+                found.units.append((i, tuple(messages[i:end])))
+            else:
+                found.unpaired.extend(messages[i:end])
+            i = end
+        elif isinstance(message, ToolMessage):
+            found.unpaired.append(message)
+            i += 1
+        else:
+            found.units.append((i, (message,)))
+            i += 1
+    return found
+
+
+_UNITS: SegmentedFold = SegmentedFold("langgraph_message_units", data=Any)
+
+
+def _checked_counter(count_tokens: Counter | None) -> Counter:
+    if count_tokens is None:
+        return approx_tokens
+    if not callable(count_tokens):
+        raise InvalidInputError(f"count_tokens must be a function, got {count_tokens!r}")
+
+    def count(message: BaseMessage) -> float:
+        tokens = count_tokens(message)
+        if (
+            isinstance(tokens, bool)
+            or not isinstance(tokens, (int, float))
+            or not math.isfinite(tokens)
+            or tokens < 0
+        ):
+            raise InvalidInputError(
+                f"count_tokens returned {tokens!r} for message {message.id!r}: it must "
+                "return a finite number >= 0"
+            )
+        return float(tokens)
+
+    return count
+
+
+def _checked_budget(budget: object, keep_newest: object) -> float:
+    if isinstance(keep_newest, bool) or not isinstance(keep_newest, int) or keep_newest < 0:
+        raise InvalidInputError(f"keep_newest must be an int >= 0, got {keep_newest!r}")
+    try:
+        return check_budget(budget)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from exc
+
+
+def budget_messages(
+    messages: Iterable[Any],
+    *,
+    budget: float,
+    count_tokens: Counter | None = None,
+    keep_newest: int = 1,
+) -> MessagesView:
+    """The view of ``messages`` the model gets (see the module docstring); pure.
+
+    ``count_tokens`` sizes one message (default: contextfold's ``approx_tokens``). The
+    view fits ``budget`` whenever its pinned part (trusted system messages and the newest
+    ``keep_newest`` units) does. Raises InvalidInputError for a bad budget, keep_newest or
+    count, or input that is not a message list.
+    """
+    limit = _checked_budget(budget, keep_newest)
+    try:
+        given = convert_to_messages(messages)
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        raise InvalidInputError(f"budget_messages takes a list of messages: {exc}") from exc
+    count = _checked_counter(count_tokens)
+    found = _units(given)
+    pinned = tuple(message for _, message in found.pinned)
+    state: SegmentedState[Any, Any] = SegmentedState(
+        [Segment(str(start), unit) for start, unit in found.units], pinned or None
+    )
+    view = ContextView(
+        _UNITS,
+        count=lambda segment: sum(count(m) for m in segment.data),
+        count_summary=lambda summary: sum(count(m) for m in summary),
+        strategies=[drop_oldest(keep_from=newest(keep_newest))],
+    )
+    result = view(state, budget=limit)
+    kept = {segment.id for segment in result.state.segments}
+    chosen = list(found.pinned)
+    dropped: list[BaseMessage] = []
+    for start, unit in found.units:
+        if str(start) in kept:
+            chosen.extend((start + offset, m) for offset, m in enumerate(unit))
+        else:
+            dropped.extend(unit)
+    chosen.sort(key=lambda pair: pair[0])
+    return MessagesView(
+        messages=tuple(m for _, m in chosen),
+        tokens=float(result.tokens),
+        budget=limit,
+        dropped=tuple(dropped),
+        unpaired=tuple(found.unpaired),
+        downgraded=tuple(found.downgraded),
+    )
+
+
+# -- recording --------------------------------------------------------------------------------
+
+_RECORDED: Fold[PSet[str]] = Fold(
+    "langgraph_recorded_messages", initial=lambda: pset(), compactable=False
+)
+
+
+@_RECORDED.on(ContextAdded)
+def _recorded(state: PSet[str], env: Envelope[ContextAdded]) -> PSet[str]:
+    for ref in env.payload.refs:
+        if ref.type == MESSAGE_REF:
+            state = state.add(ref.path)
+    return state
+
+
+def _ref(message: BaseMessage, index: int) -> str:
+    # LangGraph's add_messages gives every message an id; a list without them is keyed
+    # by position, which holds for lists that only grow.
+    return f"langgraph/message/{message.id}" if message.id else f"langgraph/message/@{index}"
+
+
+def _context_item(message: BaseMessage, ref: str) -> ContextAdded:
+    """A message as the context item recording it (role and actor by contextfold's rules)."""
+    content = message.content
+    text = content if isinstance(content, str) else orjson.dumps(content, default=str).decode()
+    refs = (Ref(path=ref, type=MESSAGE_REF),)
+    actor = actor_of(message)
+    if isinstance(message, ToolMessage):
+        tool_actor = actor or Actor(type="tool")
+        call_id = message.tool_call_id or None
+        return ContextAdded(
+            role="user", content=text, actor=tool_actor, tool_call_id=call_id, refs=refs
+        )
+    if isinstance(message, AIMessage):
+        calls = tuple(
+            ModelToolCall(id=call["id"], name=call["name"], arguments=orjson.dumps(call["args"]))
+            for call in message.tool_calls
+            if call.get("id") and call.get("name")
+        )
+        return ContextAdded(
+            role="assistant", content=text, actor=actor, tool_calls=calls, refs=refs
+        )
+    if _system_like(message):
+        developer = isinstance(message, ChatMessage) and message.role == "developer"
+        role = "developer" if developer else "system"
+        return ContextAdded(role=role, content=text, actor=actor, refs=refs)
+    return ContextAdded(role="user", content=text, actor=actor or Actor(type="user"), refs=refs)
+
+
+async def _record(journal: Journal, stream: str, messages: Sequence[BaseMessage]) -> None:
+    """Append every message not recorded on ``stream`` yet, in order, in one append."""
+    recorded = await journal.fold(_RECORDED, stream)
+    fresh = [(_ref(m, i), m) for i, m in enumerate(messages)]
+    fresh = [(ref, m) for ref, m in fresh if ref not in recorded]
+    if not fresh:
+        return
+    items = [_context_item(m, ref) for ref, m in fresh]
+    key = "langgraph-messages:" + sha256_hex("\x1f".join(ref for ref, _ in fresh))
+    await journal.append(stream, items, idempotency_key=key)
+
+
+def _messages_of(state: Any) -> list[BaseMessage]:
+    if isinstance(state, Mapping):
+        found = state.get("messages")
+    else:
+        found = getattr(state, "messages", None)
+    if found is None:
+        raise InvalidInputError(
+            "budgeted_messages reads state['messages']: the graph state has no messages"
+        )
+    try:
+        return convert_to_messages(found)
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        raise InvalidInputError(f"state['messages'] is not a list of messages: {exc}") from exc
+
+
+def budgeted_messages(
+    *,
+    budget: float,
+    count_tokens: Counter | None = None,
+    keep_newest: int = 1,
+    journal: Journal | SyncJournal | None = None,
+    stream: str | None = None,
+    key: str = "llm_input_messages",
+) -> RunnableLambda[Any, dict[str, Any]]:
+    """A LangGraph ``pre_model_hook`` (or node): ``state -> {key: view}``, where the view is
+    :func:`budget_messages` of ``state["messages"]``; the graph state itself is unchanged.
+
+    With ``journal`` and ``stream``, each call first records the messages the stream has
+    not recorded yet as ``cf.ContextAdded`` items (so a model's answer is recorded by the
+    next call; add the hook after the model too to record answers at once). Sync graphs
+    need a SyncJournal; async ones take either. Raises InvalidInputError for bad options.
+    """
+    _checked_budget(budget, keep_newest)
+    _checked_counter(count_tokens)
+    if (journal is None) != (stream is None):
+        raise InvalidInputError("budgeted_messages takes journal= and stream= together")
+    bridge = JournalBridge(journal, what="budgeted_messages") if journal is not None else None
+    target = check_stream(stream) if stream is not None else ""
+    view = functools.partial(
+        budget_messages, budget=budget, count_tokens=count_tokens, keep_newest=keep_newest
+    )
+
+    def hook(state: Any) -> dict[str, Any]:
+        messages = _messages_of(state)
+        if bridge is not None:
+            bridge.run(functools.partial(_record, bridge.journal, target, messages))
+        return {key: list(view(messages).messages)}
+
+    async def ahook(state: Any) -> dict[str, Any]:
+        messages = _messages_of(state)
+        if bridge is not None:
+            await bridge.arun(functools.partial(_record, bridge.journal, target, messages))
+        return {key: list(view(messages).messages)}
+
+    return RunnableLambda(hook, afunc=ahook, name="budgeted_messages")

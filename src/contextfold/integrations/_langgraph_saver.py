@@ -1,0 +1,769 @@
+"""JournalSaver: LangGraph checkpoints on a contextfold journal, one stream per thread.
+
+Storage grows with what changed, not with the size of the state: a channel's value is
+written once per version (unchanged channels are never written again), and a list value
+(a message list) is stored as the items it gained over the channel's previous list. Reads
+are indexed: :data:`~._langgraph_index.THREAD_INDEX` folds each thread incrementally
+(cached), and every record it names is fetched with one indexed read. Lists are rebuilt from
+their delta chain, from the newest list this process already holds (a bounded cache).
+
+Deletions keep a record, since the journal is append-only: ``delete_thread`` and
+``prune(strategy="delete")`` append a ThreadCleared (or delete the stream with
+``hard_delete=True``), ``prune(strategy="keep_latest")`` and ``delete_for_runs`` append a
+CheckpointsRetracted naming what is no longer seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import secrets
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import orjson
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from pyrsistent import pmap
+
+from ..canonical import encode_checked
+from ..errors import InvalidInputError, InvalidStreamNameError, PayloadError, StoreError
+from ..events import Event, RawEvent, StoredEvent
+from ..journal import Journal, SyncJournal
+from ..store.base import check_stream
+from ._journal_bridge import JournalBridge
+from ._langgraph_index import (
+    RECORD_TYPES,
+    THREAD_INDEX,
+    BlobEntry,
+    ChannelBlob,
+    CheckpointEntry,
+    CheckpointPut,
+    CheckpointsRetracted,
+    Located,
+    ThreadCleared,
+    ThreadIndex,
+    Typed,
+    WriteRecord,
+    WritesPut,
+    version_key,
+)
+
+__all__ = ["JournalSaver"]
+
+E = TypeVar("E", bound=Event)
+T = TypeVar("T")
+Item = tuple[str, str]
+"""One serialized list item: the serde type tag and the base64 bytes."""
+BlobKey = tuple[str, str, str]
+_Selected = tuple[str, str, ThreadIndex, CheckpointEntry]
+
+_PAGE = 16  # checkpoint tuples built per round trip by list()
+_ONE_BY_ONE = 8  # records fetched by single reads; more are read as one range
+_RETRIES = 3  # reads of a thread deleted meanwhile, before it counts as gone
+_COPY_BATCH = 1000
+
+
+class _Stale(Exception):
+    """The index named a record its stream no longer holds (deleted since it was read)."""
+
+
+class _ItemsCache:
+    """Lists the saver read or wrote last, by (stream, blob nonce); LRU bounded in bytes."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[tuple[str, str], tuple[tuple[Item, ...], int]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, str]) -> tuple[Item, ...] | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: tuple[str, str], items: tuple[Item, ...]) -> None:
+        size = sum(len(t) + len(d) for t, d in items) + 64
+        if size > self.max_bytes:
+            return
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        self._entries[key] = (items, size)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+
+
+class JournalSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer storing every thread as a stream of a contextfold journal.
+
+    ``journal``: a :class:`~contextfold.SyncJournal` (sync and async graphs) or an async
+    :class:`~contextfold.Journal` (async graphs; sync calls only from other threads while its
+    loop runs). Thread ``t`` is the stream ``stream_prefix + t``. ``hard_delete=True`` makes
+    ``delete_thread`` and ``prune(strategy="delete")`` delete the stream instead of appending
+    a ThreadCleared record. ``cache_bytes`` bounds the lists kept in memory to extend and
+    rebuild message lists without reading their whole history.
+
+    Raises InvalidInputError for a bad option, a config without ``thread_id`` or a thread id
+    that cannot name a stream; PayloadError (naming thread, checkpoint and record) when a
+    value is over the journal's payload limit; nothing is written then.
+    """
+
+    def __init__(
+        self,
+        journal: Journal | SyncJournal,
+        *,
+        serde: SerializerProtocol | None = None,
+        stream_prefix: str = "langgraph/",
+        hard_delete: bool = False,
+        cache_bytes: int = 64 * 2**20,
+    ) -> None:
+        super().__init__(serde=serde)
+        self._bridge = JournalBridge(journal, what="JournalSaver")
+        if not isinstance(stream_prefix, str):
+            raise InvalidInputError(f"stream_prefix must be a str, got {stream_prefix!r}")
+        check_stream(f"{stream_prefix}thread")
+        if not isinstance(hard_delete, bool):
+            raise InvalidInputError(f"hard_delete must be True or False, got {hard_delete!r}")
+        if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
+            raise InvalidInputError(f"cache_bytes must be an int >= 0, got {cache_bytes!r}")
+        self.stream_prefix = stream_prefix
+        self.hard_delete = hard_delete
+        self._cache = _ItemsCache(cache_bytes)
+
+    @property
+    def journal(self) -> Journal:
+        """The async journal the saver writes to."""
+        return self._bridge.journal
+
+    def stream_of(self, thread_id: object) -> str:
+        """The journal stream of a thread. Raises InvalidStreamNameError naming the thread."""
+        tid = str(thread_id)
+        try:
+            return check_stream(self.stream_prefix + tid)
+        except InvalidStreamNameError as exc:
+            raise InvalidStreamNameError(
+                f"thread_id {tid!r} cannot name a journal stream: {exc}"
+            ) from exc
+
+    # -- the sync and async protocol ------------------------------------------------------------
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return self._bridge.run(functools.partial(self._get_tuple, config))
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await self._bridge.arun(functools.partial(self._get_tuple, config))
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        selected = self._bridge.run(functools.partial(self._select, config, filter, before, limit))
+        for start in range(0, len(selected), _PAGE):
+            page = selected[start : start + _PAGE]
+            yield from self._bridge.run(functools.partial(self._tuples, page))
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        run = self._bridge.arun
+        selected = await run(functools.partial(self._select, config, filter, before, limit))
+        for start in range(0, len(selected), _PAGE):
+            page = selected[start : start + _PAGE]
+            for item in await run(functools.partial(self._tuples, page)):
+                yield item
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        work = functools.partial(self._put, config, checkpoint, metadata, new_versions)
+        return self._bridge.run(work)
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        work = functools.partial(self._put, config, checkpoint, metadata, new_versions)
+        return await self._bridge.arun(work)
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        self._bridge.run(functools.partial(self._put_writes, config, writes, task_id, task_path))
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        work = functools.partial(self._put_writes, config, writes, task_id, task_path)
+        await self._bridge.arun(work)
+
+    def delete_thread(self, thread_id: str) -> None:
+        self._bridge.run(functools.partial(self._clear, thread_id, "delete_thread"))
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await self._bridge.arun(functools.partial(self._clear, thread_id, "delete_thread"))
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        self._bridge.run(functools.partial(self._delete_for_runs, run_ids))
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await self._bridge.arun(functools.partial(self._delete_for_runs, run_ids))
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        self._bridge.run(functools.partial(self._copy, source_thread_id, target_thread_id))
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await self._bridge.arun(functools.partial(self._copy, source_thread_id, target_thread_id))
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        self._bridge.run(functools.partial(self._prune, thread_ids, strategy))
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await self._bridge.arun(functools.partial(self._prune, thread_ids, strategy))
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """A version greater than ``current``, with a random tail: two forks of one parent
+        write different values under different versions (a version names one value)."""
+        if current is None:
+            number = 0
+        elif isinstance(current, int):
+            number = current
+        else:
+            number = int(str(current).split(".")[0])
+        return f"{number + 1:032d}.{secrets.randbelow(10**16):016d}"
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def _target(self, config: RunnableConfig) -> tuple[str, str, str]:
+        """(thread id, checkpoint namespace, stream) of a config."""
+        configurable = config.get("configurable") if isinstance(config, Mapping) else None
+        if not isinstance(configurable, Mapping) or configurable.get("thread_id") is None:
+            raise InvalidInputError(
+                "config['configurable']['thread_id'] is missing: pass "
+                '{"configurable": {"thread_id": ...}} to invoke, stream or get_state'
+            )
+        ns = configurable.get("checkpoint_ns") or ""
+        if not isinstance(ns, str):
+            raise InvalidInputError(
+                f"config['configurable']['checkpoint_ns'] must be a str, got {ns!r}"
+            )
+        thread_id = str(configurable["thread_id"])
+        return thread_id, ns, self.stream_of(thread_id)
+
+    async def _index(self, stream: str) -> ThreadIndex:
+        return await self.journal.fold(THREAD_INDEX, stream)
+
+    async def _get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        thread_id, ns, stream = self._target(config)
+        wanted = get_checkpoint_id(config)
+        for _ in range(_RETRIES):
+            index = await self._index(stream)
+            checkpoint_id = wanted or index.latest.get(ns)
+            entry = index.checkpoints.get((ns, checkpoint_id)) if checkpoint_id else None
+            if entry is None:
+                return None
+            try:
+                return await self._tuple(thread_id, stream, index, entry)
+            except _Stale:
+                continue
+        return None
+
+    async def _select(
+        self,
+        config: RunnableConfig | None,
+        filter: Mapping[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> Sequence[_Selected]:
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise InvalidInputError(f"list limit must be an int or None, got {limit!r}")
+        if filter is not None and not isinstance(filter, Mapping):
+            raise InvalidInputError(f"list filter must be a mapping, got {filter!r}")
+        ns: str | None = None
+        only: str | None = None
+        if config is not None:
+            thread_id, _, stream = self._target(config)
+            ns = config["configurable"].get("checkpoint_ns")
+            only = get_checkpoint_id(config)
+            threads = [(thread_id, stream)]
+        else:
+            infos = await self.journal.list_streams(prefix=self.stream_prefix)
+            threads = [(info.stream[len(self.stream_prefix) :], info.stream) for info in infos]
+        before_id = get_checkpoint_id(before) if before is not None else None
+        selected: list[_Selected] = []
+        if limit is not None and limit <= 0:
+            return selected
+        for thread_id, stream in threads:
+            index = await self._index(stream)
+            entries = sorted(
+                index.checkpoints.values(), key=lambda e: (e.checkpoint_id, e.ns), reverse=True
+            )
+            for entry in entries:
+                if (ns is not None and entry.ns != ns) or (only and entry.checkpoint_id != only):
+                    continue
+                if before_id and entry.checkpoint_id >= before_id:
+                    continue
+                if filter and not _matches(entry.metadata, filter):
+                    continue
+                selected.append((thread_id, stream, index, entry))
+                if limit is not None and len(selected) >= limit:
+                    return selected
+        return selected
+
+    async def _tuples(self, page: Sequence[_Selected]) -> Sequence[CheckpointTuple]:
+        built = []
+        for thread_id, stream, index, entry in page:
+            try:
+                built.append(await self._tuple(thread_id, stream, index, entry))
+            except _Stale:  # deleted since it was selected: no longer listed
+                continue
+        return built
+
+    async def _tuple(
+        self, thread_id: str, stream: str, index: ThreadIndex, entry: CheckpointEntry
+    ) -> CheckpointTuple:
+        put = _decode(await self._fetch(stream, entry.at), CheckpointPut)
+        skeleton = self._load((put.checkpoint.type, put.checkpoint.data))
+        ns = entry.ns
+        wanted: list[tuple[str, BlobKey, BlobEntry]] = []
+        for channel, version in skeleton.get("channel_versions", {}).items():
+            key = (ns, channel, version_key(version))
+            blob = index.blobs.get(key)
+            if blob is not None and blob.complete and blob.kind != "empty":
+                wanted.append((channel, key, blob))
+        values = await asyncio.gather(
+            *(self._value(stream, index, key, blob) for _, key, blob in wanted)
+        )
+        writes = sorted(
+            index.writes.get((ns, entry.checkpoint_id), pmap()).values(),
+            key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
+        )
+        events = await self._fetch_all(stream, [w.at for w in writes])
+        decoded = {gp: _decode(event, WritesPut) for gp, event in events.items()}
+        pending: list[PendingWrite] = []
+        for w in writes:
+            value = decoded[w.at.global_position].writes[w.slot].value
+            pending.append((w.task_id, w.channel, self._load((value.type, value.data))))
+        channel_values = {c: v for (c, _, _), v in zip(wanted, values, strict=True)}
+        checkpoint = cast(Checkpoint, {**skeleton, "channel_values": channel_values})
+        parent = (
+            RunnableConfig(
+                configurable={
+                    "thread_id": thread_id,
+                    "checkpoint_ns": ns,
+                    "checkpoint_id": entry.parent_id,
+                }
+            )
+            if entry.parent_id
+            else None
+        )
+        return CheckpointTuple(
+            config=_config(thread_id, ns, entry.checkpoint_id),
+            checkpoint=checkpoint,
+            metadata=cast(CheckpointMetadata, put.metadata),
+            parent_config=parent,
+            pending_writes=pending,
+        )
+
+    async def _value(self, stream: str, index: ThreadIndex, key: BlobKey, blob: BlobEntry) -> Any:
+        if blob.kind == "items":
+            return [self._load(item) for item in await self._items(stream, index, key)]
+        events = await self._fetch_all(stream, blob.parts)
+        parts = [_decode(events[at.global_position], ChannelBlob) for at in blob.parts]
+        return self._load((parts[0].serde_type, "".join(p.data for p in parts)))
+
+    async def _items(self, stream: str, index: ThreadIndex, key: BlobKey) -> tuple[Item, ...]:
+        """A list channel's items at one version: its delta chain applied from the newest
+        list held in the cache (or from the chain's start)."""
+        chain: list[BlobEntry] = []
+        start: tuple[Item, ...] = ()
+        current: BlobKey | None = key
+        seen: set[BlobKey] = set()
+        while current is not None:
+            blob = index.blobs.get(current)
+            if blob is None or blob.kind != "items" or not blob.complete or current in seen:
+                raise StoreError(
+                    f"stream {stream!r}: the list of channel {key[1]!r} at version {key[2]} "
+                    f"extends version {current[2]}, which is not stored as a whole list: the "
+                    "thread's records are damaged (copy what is readable with copy_thread)"
+                )
+            seen.add(current)
+            cached = self._cache.get((stream, blob.nonce))
+            if cached is not None:
+                start = cached
+                break
+            chain.append(blob)
+            current = (key[0], key[1], blob.base) if blob.base is not None else None
+        if not chain:
+            return start
+        events = await self._fetch_all(stream, [at for blob in chain for at in blob.parts])
+        items = list(start)
+        for blob in reversed(chain):
+            del items[blob.keep :]
+            for at in blob.parts:
+                items.extend(_decode(events[at.global_position], ChannelBlob).items)
+        result = tuple(items)
+        self._cache.put((stream, chain[0].nonce), result)
+        return result
+
+    async def _fetch(self, stream: str, at: Located) -> StoredEvent:
+        """The record at ``at``: the first of its type after its cursor, one indexed read."""
+        page = await self.journal.read(stream, after=at.after, types=[at.type], limit=1)
+        while True:
+            if page.reset and at.after is not None:
+                raise _Stale
+            for event in page.events:
+                if event.global_position == at.global_position:
+                    return event
+                if event.global_position > at.global_position:
+                    raise _Stale
+            if not page.more:
+                raise _Stale
+            # An undecodable record the fold skipped sits in between: read on past it.
+            page = await self.journal.read(stream, after=page.cursor, types=[at.type], limit=256)
+
+    async def _fetch_all(self, stream: str, places: Sequence[Located]) -> dict[int, StoredEvent]:
+        unique = {at.global_position: at for at in places}
+        if len(unique) <= _ONE_BY_ONE:
+            found = await asyncio.gather(*(self._fetch(stream, at) for at in unique.values()))
+            return {event.global_position: event for event in found}
+        # A long delta chain: one range read from its oldest record, in stream order.
+        first = min(unique.values(), key=lambda at: at.global_position)
+        last = max(unique)
+        types = sorted({at.type for at in unique.values()})
+        events: dict[int, StoredEvent] = {}
+        cursor = first.after
+        while True:
+            page = await self.journal.read(stream, after=cursor, types=types, limit=1000)
+            if page.reset and cursor is not None:
+                raise _Stale
+            for event in page.events:
+                if event.global_position in unique:
+                    events[event.global_position] = event
+            if len(events) == len(unique):
+                return events
+            if not page.more or (page.events and page.events[-1].global_position >= last):
+                raise _Stale
+            cursor = page.cursor
+
+    def _load(self, item: Item) -> Any:
+        return self.serde.loads_typed((item[0], base64.b64decode(item[1])))
+
+    def _dump(self, value: Any) -> Item:
+        type_, data = self.serde.dumps_typed(value)
+        return type_, base64.b64encode(data).decode("ascii")
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def _part_bytes(self) -> int:
+        return max(4096, self.journal.max_payload_bytes // 2)
+
+    async def _append(self, stream: str, records: Sequence[Event | RawEvent], where: str) -> None:
+        try:
+            await self.journal.append(stream, records)
+        except PayloadError as exc:
+            raise PayloadError(f"{where}: {exc}; nothing was written") from exc
+
+    async def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        thread_id, ns, stream = self._target(config)
+        checkpoint_id = checkpoint["id"]
+        where = f"thread {thread_id!r} checkpoint {checkpoint_id!r}"
+        index = await self._index(stream)
+        values = checkpoint.get("channel_values", {})
+        records: list[ChannelBlob | CheckpointPut] = []
+        lists: list[tuple[str, tuple[Item, ...]]] = []
+        for channel, version in new_versions.items():
+            if isinstance(version, bool) or not isinstance(version, (int, float, str)):
+                raise InvalidInputError(
+                    f"{where}: channel {channel!r} version {version!r} must be an int, float "
+                    "or str; nothing was written"
+                )
+            known = index.blobs.get((ns, channel, version_key(version)))
+            if known is not None and known.complete:
+                continue  # a version names one value, stored once
+            nonce = secrets.token_hex(8)
+            blob = functools.partial(
+                ChannelBlob, ns=ns, channel=channel, version=version, nonce=nonce
+            )
+            if channel not in values:
+                records.append(blob(kind="empty"))
+            elif type(values[channel]) is list:
+                items = tuple(self._dump(v) for v in values[channel])
+                base, keep = await self._base(stream, index, ns, channel, items)
+                for part, more in _parts(items[keep:], self._part_bytes(), _item_size):
+                    records.append(blob(kind="items", base=base, keep=keep, items=part, more=more))
+                lists.append((nonce, items))
+            else:
+                type_, data = self._dump(values[channel])
+                size = self._part_bytes()
+                chunks = [data[i : i + size] for i in range(0, len(data), size)] or [""]
+                for i, chunk in enumerate(chunks):
+                    more = i < len(chunks) - 1
+                    records.append(blob(kind="value", serde_type=type_, data=chunk, more=more))
+        meta = dict(get_serializable_checkpoint_metadata(config, metadata))
+        try:
+            encode_checked(meta, where="metadata")
+        except ValueError as exc:
+            raise PayloadError(f"{where}: {exc}; nothing was written") from exc
+        skeleton = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        type_, data = self._dump(skeleton)
+        parent_id = config["configurable"].get("checkpoint_id")
+        records.append(
+            CheckpointPut(
+                ns=ns,
+                checkpoint_id=checkpoint_id,
+                parent_id=parent_id,
+                checkpoint=Typed(type=type_, data=data),
+                metadata=meta,
+            )
+        )
+        await self._append(stream, records, where)
+        for nonce, items in lists:
+            self._cache.put((stream, nonce), items)
+        return _config(thread_id, ns, checkpoint_id)
+
+    async def _base(
+        self, stream: str, index: ThreadIndex, ns: str, channel: str, items: tuple[Item, ...]
+    ) -> tuple[int | float | str | None, int]:
+        """The list a new list of ``channel`` extends (the newest stored) and how many of
+        its items it keeps; (None, 0) when it shares no first item with it."""
+        newest = index.newest_blob.get((ns, channel))
+        if newest is None or index.blobs[(ns, channel, newest)].kind != "items":
+            return None, 0
+        try:
+            before = await self._items(stream, index, (ns, channel, newest))
+        except _Stale:
+            return None, 0
+        keep = 0
+        for old, new in zip(before, items, strict=False):
+            if old != new:
+                break
+            keep += 1
+        return (orjson.loads(newest), keep) if keep else (None, 0)
+
+    async def _put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str,
+    ) -> None:
+        thread_id, ns, stream = self._target(config)
+        checkpoint_id = config["configurable"].get("checkpoint_id")
+        if not isinstance(checkpoint_id, str) or not checkpoint_id:
+            raise InvalidInputError(
+                f"put_writes on thread {thread_id!r}: config['configurable']['checkpoint_id'] "
+                f"must name the checkpoint the writes belong to, got {checkpoint_id!r}"
+            )
+        index = await self._index(stream)
+        known = index.writes.get((ns, checkpoint_id), pmap())
+        fresh = []
+        for i, (channel, value) in enumerate(writes):
+            idx = WRITES_IDX_MAP.get(channel, i)
+            if idx >= 0 and (task_id, idx) in known:
+                continue  # a retried task: its writes are recorded once
+            type_, data = self._dump(value)
+            fresh.append(WriteRecord(idx=idx, channel=channel, value=Typed(type=type_, data=data)))
+        if not fresh:
+            return
+        records = [
+            WritesPut(
+                ns=ns,
+                checkpoint_id=checkpoint_id,
+                task_id=task_id,
+                task_path=task_path,
+                writes=part,
+            )
+            for part, _ in _parts(tuple(fresh), self._part_bytes(), _write_size)
+        ]
+        where = f"thread {thread_id!r} checkpoint {checkpoint_id!r} task {task_id!r}"
+        await self._append(stream, records, where)
+
+    # -- deleting and copying --------------------------------------------------------------------
+
+    async def _clear(self, thread_id: str, reason: str) -> None:
+        stream = self.stream_of(thread_id)
+        if self.hard_delete:
+            await self.journal.delete_stream(stream)
+            return
+        index = await self._index(stream)
+        if index.checkpoints or index.blobs or index.writes:
+            cleared = ThreadCleared(reason="prune" if reason == "prune" else "delete_thread")
+            await self.journal.append(stream, cleared)
+
+    async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        if isinstance(run_ids, str):
+            raise InvalidInputError(
+                f"delete_for_runs takes a sequence of run ids, got the str {run_ids!r}"
+            )
+        wanted = {str(run_id) for run_id in run_ids}
+        if not wanted:
+            return
+        for info in await self.journal.list_streams(prefix=self.stream_prefix):
+            index = await self._index(info.stream)
+            victims = sorted(
+                (e.ns, e.checkpoint_id) for e in index.checkpoints.values() if e.run_id in wanted
+            )
+            if victims:
+                runs = {e.run_id for e in index.checkpoints.values() if e.run_id in wanted}
+                record = CheckpointsRetracted(
+                    checkpoints=tuple(victims),
+                    reason="delete_for_runs",
+                    run_ids=tuple(sorted(r for r in runs if r is not None)),
+                )
+                await self.journal.append(info.stream, record)
+
+    async def _prune(self, thread_ids: Sequence[str], strategy: str) -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(
+                f"prune strategy {strategy!r} is unknown: use 'keep_latest' or 'delete'"
+            )
+        if isinstance(thread_ids, str):
+            raise InvalidInputError(f"prune takes a sequence of thread ids, got {thread_ids!r}")
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                await self._clear(str(thread_id), "prune")
+                continue
+            stream = self.stream_of(thread_id)
+            index = await self._index(stream)
+            kept = set(index.latest.items())
+            victims = sorted(key for key in index.checkpoints if key not in kept)
+            if victims:
+                record = CheckpointsRetracted(checkpoints=tuple(victims), reason="prune")
+                await self.journal.append(stream, record)
+
+    async def _copy(self, source_thread_id: str, target_thread_id: str) -> None:
+        source, target = self.stream_of(source_thread_id), self.stream_of(target_thread_id)
+        if source == target:
+            raise InvalidInputError(
+                f"copy_thread: source and target are the same thread {source_thread_id!r}"
+            )
+        index = await self._index(source)
+        if not index.checkpoints:
+            return
+        batch: list[RawEvent] = []
+        cursor = index.cleared
+        where = f"copy_thread {source_thread_id!r} -> {target_thread_id!r}"
+        while True:
+            page = await self.journal.read(source, after=cursor, types=RECORD_TYPES, limit=1000)
+            for event in page.events:
+                copied = _copied(event, index)
+                if copied is not None:
+                    batch.append(copied)
+                if len(batch) >= _COPY_BATCH:
+                    await self._append(target, batch, where)
+                    batch = []
+            if not page.more:
+                break
+            cursor = page.cursor
+        if batch:
+            await self._append(target, batch, where)
+
+
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    return RunnableConfig(
+        configurable={"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}
+    )
+
+
+def _decode(event: StoredEvent, cls: type[E]) -> E:
+    decoded = event.decode(cls)
+    assert isinstance(decoded, cls)
+    return decoded
+
+
+def _matches(metadata: bytes, query: Mapping[str, Any]) -> bool:
+    stored = orjson.loads(metadata)
+    return all(stored.get(key) == value for key, value in query.items())
+
+
+def _item_size(item: Item) -> int:
+    return len(item[0]) + len(item[1]) + 8
+
+
+def _write_size(write: WriteRecord) -> int:
+    return len(write.channel) + len(write.value.type) + len(write.value.data) + 64
+
+
+def _parts(
+    values: tuple[T, ...], budget: int, size: Callable[[T], int]
+) -> Iterator[tuple[tuple[T, ...], bool]]:
+    """``values`` in consecutive groups of about ``budget`` bytes (at least one group, each
+    with at least one value), each with whether another group follows."""
+    groups: list[tuple[T, ...]] = []
+    start, used = 0, 0
+    for i, value in enumerate(values):
+        cost = size(value)
+        if i > start and used + cost > budget:
+            groups.append(values[start:i])
+            start, used = i, 0
+        used += cost
+    groups.append(values[start:])
+    for i, group in enumerate(groups):
+        yield group, i < len(groups) - 1
+
+
+def _copied(event: StoredEvent, index: ThreadIndex) -> RawEvent | None:
+    """A record of the source thread as the target gets it: what the source still sees."""
+    payload = event.payload
+    if event.type == ChannelBlob.event_type:
+        return RawEvent(event.type, payload)
+    if event.type == CheckpointPut.event_type:
+        entry = index.checkpoints.get((payload["ns"], payload["checkpoint_id"]))
+        seen = entry is not None and entry.at.global_position == event.global_position
+        return RawEvent(event.type, payload) if seen else None
+    if event.type == WritesPut.event_type:
+        bucket = index.writes.get((payload["ns"], payload["checkpoint_id"]), pmap())
+        slots = {w.slot for w in bucket.values() if w.at.global_position == event.global_position}
+        if not slots:
+            return None
+        kept = [w for slot, w in enumerate(payload["writes"]) if slot in slots]
+        return RawEvent(event.type, {**payload, "writes": kept})
+    return None
