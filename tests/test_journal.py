@@ -14,7 +14,7 @@ import pytest
 import contextfold as cf
 from contextfold.errors import StoreUnavailableError
 from contextfold.journal import Journal, SyncJournal
-from contextfold.store.base import ReadResult
+from contextfold.store.base import ReadResult, TailReset
 from contextfold.store.memory import MemoryStore
 
 
@@ -148,3 +148,37 @@ def test_a_sync_call_cancelled_on_its_loop_raises_an_exception_not_a_base_except
         assert journal.append("s", Note(text="still usable")).last_position == 1
     finally:
         journal.close()
+
+
+@pytest.mark.parametrize("made", ["\ud800", "", "a\x00b", 7, None])
+async def test_an_event_id_that_no_store_could_keep_is_refused(made: object) -> None:
+    """The injected id factory is checked like any argument: a lone surrogate, an empty
+    id, a NUL or a non-str never reaches a store (SQLite and PostgreSQL would choke)."""
+    journal = Journal(MemoryStore(), ids=lambda: made)  # type: ignore[arg-type, return-value]
+    with pytest.raises(cf.InvalidInputError, match=r"events\[0\]: the id from ids\(\)"):
+        await journal.append("s", Note(text="lost"))
+    assert await journal.version("s") == 0
+    await journal.close()
+
+
+async def test_a_prefix_that_is_not_a_str_is_refused() -> None:
+    journal = Journal(MemoryStore())
+    await journal.append("s", Note(text="a"))
+    with pytest.raises(cf.InvalidInputError, match="prefix must be a str, got int"):
+        await journal.list_streams(prefix=5)  # type: ignore[arg-type]
+    assert [i.stream for i in await journal.list_streams(prefix="")] == ["s"]
+    await journal.close()
+
+
+def test_the_sync_tail_passes_resets_through() -> None:
+    with cf.open_journal_sync("memory://") as journal:
+        gone = journal.append("s", Note(text="old")).cursor
+        journal.delete_stream("s")
+        journal.append("s", Note(text="new"))
+        tail = journal.subscribe("s", after=gone, resets=True)
+        try:
+            first, second = next(tail), next(tail)
+        finally:
+            tail.close()  # type: ignore[attr-defined]
+    assert first == TailReset("s", gone)
+    assert isinstance(second, cf.StoredEvent) and second.payload == {"text": "new"}

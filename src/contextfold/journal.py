@@ -232,8 +232,14 @@ class Journal:
                     "reference it, or raise max_payload_bytes"
                 )
             event_id = self.ids()
-            if type(event_id) is not str or not event_id.isascii() or "\x00" in event_id:
-                check_label(f"events[{index}]: the id from ids()", event_id, empty=False)
+            # An ASCII id (the usual case) costs three cheap tests; anything else the full check.
+            if (
+                not (type(event_id) is str and event_id and event_id.isascii())
+                or "\x00" in event_id
+            ):
+                check_label(
+                    f"events[{index}]: the id from ids()", event_id, empty=False, optional=False
+                )
             prepared.append(
                 NewEvent(
                     type_name,

@@ -165,11 +165,13 @@ def check_namespace(namespace: object) -> str:
     return check_text("namespace", namespace)
 
 
-def check_label(name: str, value: object, *, empty: bool = True) -> str | None:
-    """Return ``value`` (a ``run_id``, ``actor`` or ``idempotency_key``; None allowed) or
-    raise InvalidInputError naming ``name``: a str without NUL or lone surrogates, non-empty
-    unless ``empty``."""
-    if value is None:
+def check_label(
+    name: str, value: object, *, empty: bool = True, optional: bool = True
+) -> str | None:
+    """Return ``value`` (a ``run_id``, ``actor`` or ``idempotency_key``; None allowed when
+    ``optional``) or raise InvalidInputError naming ``name``: a str without NUL or lone
+    surrogates, non-empty unless ``empty``."""
+    if value is None and optional:
         return None
     if not isinstance(value, str) or "\x00" in value or (not empty and not value):
         what = "a str without NUL characters" if empty else "a non-empty str without NUL"
