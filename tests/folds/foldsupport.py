@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import contextfold as cf
 from contextfold.events import NewEvent, StoredEvent
+from contextfold.store import TailReset
 
 
 @dataclass(frozen=True)
@@ -117,5 +118,5 @@ class RecordingStore(cf.Store):
 
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent]:
+    ) -> AsyncIterator[StoredEvent | TailReset]:
         return self.inner.subscribe(namespace, stream, after=after, poll_interval=poll_interval)

@@ -485,7 +485,7 @@ async def test_the_interrupt_watcher_tails_from_the_request_at_a_modest_poll(
         tails.append((after, poll_interval))
         return subscribe(stream, after=after, poll_interval=poll_interval)
 
-    journal.subscribe = spy  # type: ignore[method-assign]
+    journal.subscribe = spy  # type: ignore[method-assign,assignment]
     answers: Iterator[ModelError | str] = iter([ModelError("provider down"), "ok"])
 
     def model(request: NeutralRequest) -> str:
