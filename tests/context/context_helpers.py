@@ -28,11 +28,11 @@ class Log:
     def __init__(self) -> None:
         self.envelopes: list[Envelope[Any]] = []
 
-    def append(self, event: Event) -> int:
+    def append(self, event: Event, *, actor: str = "agent") -> int:
         position = len(self.envelopes) + 1
-        # Written as the agent's runtime would (journal meta actor "agent"): trust in the
-        # payload is what these tests vary.
-        meta = EventMeta(event_id=f"ev-{position}", time=time_of(position), actor="agent")
+        # Written as the agent's runtime would (journal meta actor "agent", "tool" for tool
+        # results): trust in the payload is what these tests vary.
+        meta = EventMeta(event_id=f"ev-{position}", time=time_of(position), actor=actor)
         self.envelopes.append(Envelope.make(event, position=position, meta=meta))
         return position
 
@@ -43,8 +43,8 @@ class Log:
         """A tool result as the runtime appends it: the evidence, then its item; the item's
         position."""
         result = ToolCallResult(tool_call_id=call_id, name=name, content=content)
-        self.append(result)
-        return self.append(tool_result_item(result))
+        self.append(result, actor="tool")
+        return self.append(tool_result_item(result), actor="tool")
 
     def request(self, header: RequestHeader | None = HEADER) -> int:
         return self.append(LlmRequestRequested(header=header))

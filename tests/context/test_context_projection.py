@@ -23,7 +23,7 @@ from contextfold.context import (
     item_header,
     tool_result_item,
 )
-from contextfold.events import Envelope
+from contextfold.events import Envelope, EventMeta
 
 
 def _offsets(items: tuple[object, ...]) -> list[int]:
@@ -325,20 +325,42 @@ def test_only_the_item_right_after_its_tool_call_result_is_a_verified_result() -
     assert log.state().tool_result is None  # nothing is kept once an item followed
 
 
+def _meta(position: int, actor: str | None) -> EventMeta:
+    return EventMeta(event_id=f"ev-{position}", time="2026-01-01T00:00:00+00:00", actor=actor)
+
+
 async def test_a_warm_read_between_a_result_and_its_item_equals_the_cold_fold() -> None:
     result = ToolCallResult(tool_call_id="c1", name="t", content="out")
     events = [result, tool_result_item(result), ContextAdded(role="user", content="next")]
     journal = cf.open_journal("memory://")
     async with journal:
-        await journal.append("agent-1", events[:1])
+        await journal.append("agent-1", events[:1], actor="tool")
         warm = await journal.fold(AgentContext, "agent-1")
-        await journal.append("agent-1", events[1:])
+        await journal.append("agent-1", events[1:2], actor="tool")
+        await journal.append("agent-1", events[2:])
         state = await journal.fold(AgentContext, "agent-1")
         # The runtime's way: evidence and item in one append.
-        await journal.append("agent-2", events[:2])
+        await journal.append("agent-2", events[:2], actor="tool")
         together = await journal.fold(AgentContext, "agent-2")
     assert warm.tool_result == (1, "c1")
-    pure = fold_context(Envelope.make(e, position=i + 1) for i, e in enumerate(events))
+    actors = ("tool", "tool", None)
+    pure = fold_context(
+        Envelope.make(e, position=i + 1, meta=_meta(i + 1, a))
+        for i, (e, a) in enumerate(zip(events, actors, strict=True))
+    )
     assert state == pure
     assert [i.verified_result for i in state.history] == [True, False]
     assert [i.verified_result for i in together.history] == [True]
+
+
+async def test_a_tool_result_from_another_writer_verifies_nothing() -> None:
+    """Only the runtime's own result (journal actor ``tool``) verifies the item after it, as
+    the scheduler decides: a library writer appending a result pair under another actor
+    gets its item sent as content, never in the call's tool slot."""
+    async with cf.open_journal("memory://") as journal:
+        result = cf.ToolCallResult(tool_call_id="call-1", name="refund", content="DONE")
+        for actor, verified in (("script", False), ("tool", True)):
+            stream = f"s-{actor}"
+            await journal.append(stream, [result, tool_result_item(result)], actor=actor)
+            state = await journal.fold(cf.AgentContext, stream)
+            assert [item.verified_result for item in state.history] == [verified]

@@ -36,6 +36,8 @@ from .state import AgentContextState, ContextItem
 from .trust import is_trusted
 
 __all__ = [
+    "AGENT_WRITER",
+    "TOOL_WRITER",
     "AgentContext",
     "fold_context",
     "reduce_context_added",
@@ -58,6 +60,8 @@ AgentContext: Fold[AgentContextState] = Fold(
 
 AGENT_WRITER = "agent"
 """The journal meta actor of the runtime's own appends; only its items carry verified calls."""
+TOOL_WRITER = "tool"
+"""The journal meta actor the runtime appends tool results with: only its results verify."""
 
 
 def _is_request(state: AgentContextState, offset: int) -> bool:
@@ -154,7 +158,11 @@ def reduce_request(
 
 @AgentContext.on(ToolCallResult)
 def reduce_tool_result(state: AgentContextState, ev: Envelope[ToolCallResult]) -> AgentContextState:
-    """Remember the result, so the item appended with it can be verified as its record."""
+    """Remember the result, so the item appended with it can be verified as its record.
+    Only the runtime's own results count (journal meta actor ``tool``, as the scheduler
+    decides): another writer's result verifies nothing."""
+    if ev.meta.actor != TOOL_WRITER:
+        return state
     return state.model_copy(update={"tool_result": (ev.position, ev.payload.tool_call_id)})
 
 

@@ -29,6 +29,7 @@ from ..context.events import (
     ToolCallResult,
     ToolCallStarted,
 )
+from ..context.projection import AGENT_WRITER, TOOL_WRITER
 from ..context.state import AgentContextState
 from ..context.trust import is_external
 from ..events import Envelope, Event
@@ -144,10 +145,8 @@ class SchedulerState(BaseModel):
 Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=5)
 
 
-AGENT = "agent"
+AGENT = AGENT_WRITER
 """The journal meta actor the runtime appends with: the only writer whose answers count."""
-TOOL_WRITER = "tool"
-"""The journal meta actor the runtime appends tool results with: the only results that count."""
 
 
 def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
