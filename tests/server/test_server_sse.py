@@ -92,6 +92,24 @@ async def test_an_unknown_cursor_resets_the_tail(server: Running, journal: cf.Jo
             assert texts == ["a", "b"]
 
 
+async def test_a_stream_deleted_and_recreated_under_an_open_tail_resets_it(
+    server: Running, journal: cf.Journal
+) -> None:
+    await journal.append("s", [_note("a"), _note("b")])
+    async with server.client.stream("GET", "/v1/streams/s/tail") as response:
+        reader = SseReader(response)
+        frames = [await reader.next() for _ in range(2)]
+        assert [json.loads(f.data)["payload"]["text"] for f in frames] == ["a", "b"]
+        await journal.delete_stream("s")
+        await journal.append("s", _note("new life"))
+        reset = await reader.next()
+        assert reset.event == "reset"
+        assert json.loads(reset.data) == {"stream": "s", "after": frames[-1].id}
+        fresh = await reader.next()
+        assert json.loads(fresh.data)["payload"]["text"] == "new life"
+        assert json.loads(fresh.data)["position"] == 1
+
+
 async def test_idle_streams_send_heartbeats(serve: Serve, journal: cf.Journal) -> None:
     async with (
         serve(heartbeat=0.05) as srv,

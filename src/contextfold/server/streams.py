@@ -16,7 +16,7 @@ from .. import canonical
 from ..context.projection import AgentContext
 from ..context.rebuild import verify_requests
 from ..journal import Journal
-from ..store.base import check_stream
+from ..store.base import TailReset, check_stream
 from .body import parse_append, query_int, read_json, resolve_namespace
 from .encode import (
     append_json,
@@ -142,20 +142,24 @@ class StreamRoutes:
 
         Each event's ``id:`` is its cursor, so a reconnecting ``EventSource`` resumes
         after the last event it got (``Last-Event-ID`` wins over ``after``). When the
-        cursor names no event of the stream, an ``event: reset`` frame comes first and
-        the tail starts from the beginning of the stream, like a read.
+        cursor names no event of the stream (an unknown cursor, or the stream deleted and
+        perhaps recreated while the tail runs), an ``event: reset`` frame with the cursor that
+        became unknown comes first and the tail goes on from the beginning of the stream,
+        like a read: a client drops what it derived from the events before it.
         """
         journal, stream = self._stream(request)
         after = request.headers.get("last-event-id") or request.query_params.get("after") or None
-        reset = after is not None and not await journal.contains(stream, after)
 
         async def frames() -> AsyncIterator[SSEMessage]:
-            if reset:
-                data = canonical.dumps({"stream": stream, "after": after}).decode()
-                yield SSEMessage(data, event="reset")
-            live = journal.subscribe(stream, after=after, poll_interval=self.poll_interval)
+            live = journal.subscribe(
+                stream, after=after, poll_interval=self.poll_interval, resets=True
+            )
             try:
                 async for event in live:
+                    if isinstance(event, TailReset):
+                        data = canonical.dumps({"stream": stream, "after": event.after})
+                        yield SSEMessage(data.decode(), event="reset")
+                        continue
                     yield SSEMessage(canonical.dumps(event_json(event)).decode(), id=event.cursor)
             finally:
                 await aclose_iterator(live)
