@@ -22,28 +22,24 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
-from pyrsistent import PVector, pvector
 
 from ..errors import (
     CorruptEventError,
     IdempotencyConflictError,
     InvalidInputError,
-    InvalidStreamNameError,
     PayloadError,
     StoreError,
     WrongExpectedVersionError,
 )
-from ..events import Envelope, RawEvent, StoredEvent
 from ..events import Event as JournalEvent
-from ..folds.fold import Fold
-from ..folds.freeze import FrozenDict, freeze
+from ..events import RawEvent, StoredEvent
+from ..folds.freeze import freeze
 from ..journal import Journal
-from ..store.base import AppendResult, check_stream, check_text
+from ..store.base import AppendResult
 
 try:
     from google.adk.errors import StaleSessionError
@@ -59,6 +55,27 @@ try:
     )
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
+
+    from ._adk_records import (
+        ADK_EVENT,
+        SESSION_FOLD,
+        SHARED_FOLD,
+        AdkEventHeader,
+        AdkSessionCreated,
+        AdkSessionDeleted,
+        AdkStateChanged,
+        Indexed,
+        SessionRecord,
+        Shared,
+        app_stream,
+        check_name,
+        session_stream,
+        sessions_prefix,
+        shared_of,
+        split_delta,
+        thaw,
+        user_stream,
+    )
 except ImportError as exc:  # pragma: no cover - exercised in a child process by the tests
     raise ImportError(
         "contextfold.integrations.adk needs Google ADK: pip install 'contextfold[adk]'"
@@ -82,227 +99,13 @@ __all__ = [
 
 log = logging.getLogger("contextfold.integrations.adk")
 
-ADK_EVENT = "adk/event"
 _MARKER = "contextfold:"  # Session._storage_update_marker: this prefix, then the head cursor
 _ATTEMPTS = 16  # appends retried when only events of other types moved the stream's version
 _PAGE = 1000
 _CONFIRMED_MAX = 10_000
 
 
-# -- events -----------------------------------------------------------------------------------
-
-
-class AdkSessionCreated(JournalEvent, type="adk/session-created", runtime_only=True):
-    """A session began (again, after a deletion): who owns it and its initial state.
-
-    ``state`` is the JSON form of what ``create_session`` got, ``temp:`` keys left out;
-    its ``app:`` and ``user:`` keys go to the shared streams too.
-    """
-
-    app_name: str
-    user_id: str
-    session_id: str
-    state: dict[str, Any] = Field(default_factory=dict)
-    time: float
-
-
-class _Actions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    state_delta: dict[str, Any] = {}
-
-
-class AdkEventHeader(JournalEvent, type=ADK_EVENT, runtime_only=True):
-    """What the session fold reads of a stored ADK event; the payload is ADK's whole JSON
-    (decode it with ``google.adk.events.Event.model_validate_json``)."""
-
-    id: str
-    timestamp: float
-    actions: _Actions = _Actions()
-
-
-class AdkSessionDeleted(JournalEvent, type="adk/session-deleted", runtime_only=True):
-    """The session was deleted: ADK no longer sees it; its events stay in the journal."""
-
-    time: float
-
-
-class AdkStateChanged(JournalEvent, type="adk/state-changed", runtime_only=True):
-    """A delta to app or user state (keys without their prefix), and the session record it
-    came from (``{session stream}@{cursor}``, also its idempotency key)."""
-
-    delta: dict[str, Any]
-    source: str
-
-
-# -- folds ------------------------------------------------------------------------------------
-
-
-class _Indexed(NamedTuple):
-    cursor: str
-    timestamp: float
-    event_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Shared:
-    """The shared deltas of the newest session record that carried any."""
-
-    source: str  # cursor of that record
-    app: Mapping[str, Any]
-    user: Mapping[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRecord:
-    """The session fold's state: what ``get_session`` needs without reading every event.
-
-    ``head``/``version`` are the cursor and stream position of the last event folded;
-    ``base`` the cursor of the session's ``adk/session-created`` event; ``events`` the
-    index of its ADK events, oldest first.
-    """
-
-    exists: bool = False
-    head: str | None = None
-    version: int = 0
-    app_name: str = ""
-    user_id: str = ""
-    session_id: str = ""
-    base: str | None = None
-    state: Mapping[str, Any] = field(default_factory=FrozenDict)
-    last_update_time: float = 0.0
-    events: PVector[_Indexed] = field(default_factory=pvector)
-    shared: _Shared | None = None
-
-
-SESSION_FOLD: Fold[SessionRecord] = Fold("adk_session", initial=SessionRecord)
-SHARED_FOLD: Fold[Mapping[str, Any]] = Fold("adk_shared_state", initial=FrozenDict)
-
-
-def _split(delta: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``(app, user, session)`` parts of a prefixed delta, prefixes removed; ``temp:`` dropped."""
-    app: dict[str, Any] = {}
-    user: dict[str, Any] = {}
-    own: dict[str, Any] = {}
-    for key, value in delta.items():
-        if key.startswith(State.APP_PREFIX):
-            app[key.removeprefix(State.APP_PREFIX)] = value
-        elif key.startswith(State.USER_PREFIX):
-            user[key.removeprefix(State.USER_PREFIX)] = value
-        elif not key.startswith(State.TEMP_PREFIX):
-            own[key] = value
-    return app, user, own
-
-
-def _shared(cursor: str, app: dict[str, Any], user: dict[str, Any]) -> _Shared | None:
-    return _Shared(cursor, freeze(app), freeze(user)) if app or user else None
-
-
-@SESSION_FOLD.on(AdkSessionCreated)
-def _created(record: SessionRecord, ev: Envelope[AdkSessionCreated]) -> SessionRecord:
-    app, user, own = _split(ev.payload.state)
-    return SessionRecord(
-        exists=True,
-        head=ev.cursor,
-        version=ev.position,
-        app_name=ev.payload.app_name,
-        user_id=ev.payload.user_id,
-        session_id=ev.payload.session_id,
-        base=ev.cursor,
-        state=freeze(own),
-        last_update_time=ev.payload.time,
-        shared=_shared(ev.cursor, app, user),
-    )
-
-
-@SESSION_FOLD.on(AdkEventHeader)
-def _appended(record: SessionRecord, ev: Envelope[AdkEventHeader]) -> SessionRecord:
-    if not record.exists:  # only ever after a deletion raced an append: not the session's
-        return replace(record, head=ev.cursor, version=ev.position)
-    app, user, own = _split(ev.payload.actions.state_delta)
-    return replace(
-        record,
-        head=ev.cursor,
-        version=ev.position,
-        state=freeze({**record.state, **own}) if own else record.state,
-        last_update_time=ev.payload.timestamp,
-        events=record.events.append(_Indexed(ev.cursor, ev.payload.timestamp, ev.payload.id)),
-        shared=_shared(ev.cursor, app, user) or record.shared,
-    )
-
-
-@SESSION_FOLD.on(AdkSessionDeleted)
-def _deleted(record: SessionRecord, ev: Envelope[AdkSessionDeleted]) -> SessionRecord:
-    return SessionRecord(head=ev.cursor, version=ev.position)
-
-
-@SHARED_FOLD.on(AdkStateChanged)
-def _changed(state: Mapping[str, Any], ev: Envelope[AdkStateChanged]) -> Mapping[str, Any]:
-    return freeze({**state, **ev.payload.delta})  # type: ignore[no-any-return]
-
-
-# -- stream names -----------------------------------------------------------------------------
-
-
-def _escape(part: str) -> str:
-    return "".join(
-        ch
-        if ch.isprintable() and not ch.isspace() and ch not in "%/"
-        else "".join(f"%{byte:02X}" for byte in ch.encode())
-        for ch in part
-    )
-
-
-def _text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
-    return check_text(name, value)
-
-
-def _stream(kind: str, fields: Sequence[tuple[str, object]]) -> str:
-    parts = [_escape(_text(name, value)) for name, value in fields]
-    stream = "/".join(("adk", kind, *parts))
-    try:
-        return check_stream(stream)
-    except InvalidStreamNameError as exc:
-        names = ", ".join(name for name, _ in fields)
-        raise InvalidStreamNameError(f"{names} make no usable stream name: {exc}") from exc
-
-
-def session_stream(app_name: str, user_id: str, session_id: str) -> str:
-    """The stream of one ADK session. Raises InvalidInputError naming the field at fault."""
-    return _stream(
-        "session", (("app_name", app_name), ("user_id", user_id), ("session_id", session_id))
-    )
-
-
-def sessions_prefix(app_name: str, user_id: str | None = None) -> str:
-    """The prefix of the session streams of an app, or of one user of it."""
-    fields: list[tuple[str, object]] = [("app_name", app_name)]
-    if user_id is not None:
-        fields.append(("user_id", user_id))
-    return _stream("session", fields) + "/"
-
-
-def app_stream(app_name: str) -> str:
-    """The stream of an app's ``app:`` state."""
-    return _stream("app", (("app_name", app_name),))
-
-
-def user_stream(app_name: str, user_id: str) -> str:
-    """The stream of a user's ``user:`` state within an app."""
-    return _stream("user", (("app_name", app_name), ("user_id", user_id)))
-
-
 # -- helpers ----------------------------------------------------------------------------------
-
-
-def _thaw(value: Any) -> Any:
-    """A fresh mutable copy of frozen fold state (the caller may change what it gets)."""
-    if isinstance(value, dict):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return [_thaw(item) for item in value]
-    return value
 
 
 def _json_state(state: object) -> dict[str, Any]:
@@ -362,12 +165,19 @@ class JournalSessionService(BaseSessionService):
     async def _record(self, stream: str) -> SessionRecord:
         return await self.journal.fold(SESSION_FOLD, stream)
 
-    async def _merged(self, record: SessionRecord) -> dict[str, Any]:
-        merged: dict[str, Any] = _thaw(record.state)
-        app = await self.journal.fold(SHARED_FOLD, app_stream(record.app_name))
-        user = await self.journal.fold(SHARED_FOLD, user_stream(record.app_name, record.user_id))
-        merged.update({State.APP_PREFIX + key: _thaw(value) for key, value in app.items()})
-        merged.update({State.USER_PREFIX + key: _thaw(value) for key, value in user.items()})
+    async def _merged(
+        self, record: SessionRecord, read: dict[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The session's state with its app's and user's (``read``: states already read)."""
+        read = {} if read is None else read
+        merged: dict[str, Any] = thaw(record.state)
+        for prefix, stream in (
+            (State.APP_PREFIX, app_stream(record.app_name)),
+            (State.USER_PREFIX, user_stream(record.app_name, record.user_id)),
+        ):
+            if stream not in read:
+                read[stream] = await self.journal.fold(SHARED_FOLD, stream)
+            merged.update({prefix + key: thaw(value) for key, value in read[stream].items()})
         return merged
 
     def _session(
@@ -413,7 +223,7 @@ class JournalSessionService(BaseSessionService):
         """The session with its events (all, or as ``config`` selects, in append order), or
         None. ``num_recent_events`` keeps the newest n; ``after_timestamp`` then keeps the
         newest events whose timestamps are at or after it (ADK's in-memory rules)."""
-        stream = session_stream(app_name, user_id, _text("session_id", session_id).strip())
+        stream = session_stream(app_name, user_id, check_name("session_id", session_id).strip())
         for _ in range(_ATTEMPTS):
             record = await self._record(stream)
             if not record.exists:
@@ -431,17 +241,18 @@ class JournalSessionService(BaseSessionService):
         without events, least recently updated first."""
         prefix = sessions_prefix(app_name, user_id)
         sessions = []
+        shared: dict[str, Mapping[str, Any]] = {}
         for info in await self.journal.list_streams(prefix=prefix):
             record = await self._record(info.stream)
             if record.exists:
-                sessions.append(self._session(record, await self._merged(record), []))
+                sessions.append(self._session(record, await self._merged(record, shared), []))
         sessions.sort(key=lambda s: (s.last_update_time, s.user_id, s.id))
         return ListSessionsResponse(sessions=sessions)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The ``user:`` state of a user, keys without the prefix (``{}`` when none)."""
         state = await self.journal.fold(SHARED_FOLD, user_stream(app_name, user_id))
-        thawed: dict[str, Any] = _thaw(state)
+        thawed: dict[str, Any] = thaw(state)
         return thawed
 
     # -- writes ---------------------------------------------------------------------------
@@ -462,9 +273,7 @@ class JournalSessionService(BaseSessionService):
                 expected = exc.actual
         raise StoreError(f"stream {stream!r} moved under {_ATTEMPTS} appends in a row")
 
-    async def _share(
-        self, stream: str, app_name: str, user_id: str, shared: _Shared | None
-    ) -> None:
+    async def _share(self, stream: str, app_name: str, user_id: str, shared: Shared | None) -> None:
         """Apply a session record's app and user deltas, at most once each (idempotent)."""
         if shared is None or self._confirmed.get(stream) == shared.source:
             return
@@ -474,7 +283,7 @@ class JournalSessionService(BaseSessionService):
             (user_stream(app_name, user_id), shared.user),
         ):
             if delta:
-                change = AdkStateChanged(delta=_thaw(delta), source=key)
+                change = AdkStateChanged(delta=thaw(delta), source=key)
                 with contextlib.suppress(IdempotencyConflictError):  # applied before, by then
                     await self.journal.append(target, change, idempotency_key=key)
         self._confirmed[stream] = shared.source
@@ -493,7 +302,7 @@ class JournalSessionService(BaseSessionService):
         """A new session (id stripped, or generated when blank) with ``state``, its ``app:``
         and ``user:`` keys shared. Raises AlreadyExistsError for an id in use."""
         if session_id is not None:
-            session_id = _text("session_id", session_id).strip()
+            session_id = check_name("session_id", session_id).strip()
         session_id = session_id or platform_uuid.new_uuid()
         stream = session_stream(app_name, user_id, session_id)
         created = AdkSessionCreated(
@@ -516,7 +325,7 @@ class JournalSessionService(BaseSessionService):
                 raise PayloadError(
                     f"session {session_id!r}: state cannot be stored: {exc}"
                 ) from exc
-            app, user, own = _split(created.state)
+            app, user, own = split_delta(created.state)
             record = SessionRecord(
                 exists=True,
                 head=done.cursor,
@@ -527,7 +336,7 @@ class JournalSessionService(BaseSessionService):
                 base=done.cursor,
                 state=freeze(own),
                 last_update_time=created.time,
-                shared=_shared(done.cursor, app, user),
+                shared=shared_of(done.cursor, app, user),
             )
             await self._share(stream, app_name, user_id, record.shared)
             return self._session(record, await self._merged(record), [])
@@ -536,7 +345,7 @@ class JournalSessionService(BaseSessionService):
     async def delete_session(self, *, app_name: str, user_id: str, session_id: str) -> None:
         """Delete a session (nothing when there is none): a deletion record, or with
         ``hard_delete`` the whole stream."""
-        stream = session_stream(app_name, user_id, _text("session_id", session_id).strip())
+        stream = session_stream(app_name, user_id, check_name("session_id", session_id).strip())
         if self.hard_delete:
             await self.journal.delete_stream(stream)
             return
@@ -560,7 +369,7 @@ class JournalSessionService(BaseSessionService):
 
         Raises SessionNotFoundError, StaleSessionError when the session was loaded before
         another write to it, PayloadError for an event too large or not JSON; in each case
-        nothing is written and ``session`` and ``event`` are left as they were.
+        the event is not stored and ``session`` and ``event`` are left as they were.
         """
         if event.partial:
             return event
@@ -598,14 +407,14 @@ class JournalSessionService(BaseSessionService):
         self._commit_event_to_session(session, event)
         session.last_update_time = event.timestamp
         session._storage_update_marker = _marker(done.cursor)
-        app, user, _ = _split(payload.get("actions", {}).get("state_delta", {}))
+        app, user, _ = split_delta(payload.get("actions", {}).get("state_delta", {}))
         await self._share(
-            stream, session.app_name, session.user_id, _shared(done.cursor, app, user)
+            stream, session.app_name, session.user_id, shared_of(done.cursor, app, user)
         )
         return event
 
 
-def _first_wanted(index: Sequence[_Indexed], config: GetSessionConfig | None) -> int:
+def _first_wanted(index: Sequence[Indexed], config: GetSessionConfig | None) -> int:
     """Where the events ``config`` selects start in the index (its length for none)."""
     start = 0
     if config is not None and config.num_recent_events is not None:
