@@ -22,8 +22,9 @@ from .journal import open_journal
 from .render.envelope import Layer, TurnEvent, compile_turn
 from .render.neutral import NeutralMessage
 from .render.prefix import SessionPrefix
+from .runtime.events import Observers
 from .runtime.local import LocalModel
-from .runtime.loop import Agent, Observers, system_prompt
+from .runtime.loop import Agent, system_prompt
 from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
 from .runtime.transcript import TranscriptObserver
 from .transcript import (

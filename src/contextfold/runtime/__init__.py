@@ -1,7 +1,8 @@
 """The agent runtime: the loop, scheduling, model clients and tools."""
 
+from .events import AgentObserver
 from .local import LocalModel
-from .loop import Agent, AgentObserver, RunReport, Status, system_prompt
+from .loop import Agent, system_prompt
 from .models import (
     AnthropicModel,
     FunctionModel,
@@ -12,6 +13,7 @@ from .models import (
     OpenAIResponsesModel,
     Usage,
 )
+from .report import RunReport, Status
 from .scheduling import AgentHalted, Decision, Scheduler, SchedulerState, TurnBudgets, decide
 from .tool_runs import NOT_RERUN, InterruptedToolPolicy
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool

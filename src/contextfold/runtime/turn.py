@@ -1,0 +1,357 @@
+"""One turn of the agent loop: record the request, send it (or re-send it byte for byte),
+watch for interrupts meanwhile, and append the model's output."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from dataclasses import replace
+from typing import Any, cast
+
+from pydantic import ValidationError
+
+from ..context.compaction import needs_compaction
+from ..context.events import (
+    ContextAdded,
+    LlmRequestInterrupted,
+    LlmRequestRequested,
+    LlmResponse,
+    ModelToolCall,
+    RequestHeader,
+    TokenUsage,
+    ToolDefinition,
+    assistant_item,
+)
+from ..context.projection import AgentContext
+from ..context.rebuild import RequestRecorded, rebuild_state
+from ..context.request import build_request, prefix_snapshot
+from ..context.state import AgentContextState
+from ..context.trust import trusted_extensions
+from ..errors import CorruptEventError, RenderError
+from ..events import Envelope, StoredEvent
+from ..render.neutral import (
+    NeutralRequest,
+    RenderedRequest,
+    ToolCall,
+    render_request,
+)
+from ..render.prefix import PrefixInstance
+from .compacting import CompactionSteps
+from .models import ModelError, ModelOutput
+from .report import RunReport
+from .scheduling import AGENT, Decision, behaviour_of
+from .tools import Toolbox
+
+__all__ = ["TurnSteps"]
+
+log = logging.getLogger("contextfold.runtime")
+
+# In-process appends wake the interrupt watcher at once (the store's wakeups); this is only
+# how often it looks for an interrupt appended by another process during a model call.
+_INTERRUPT_POLL = 0.25
+
+
+class TurnSteps(CompactionSteps):
+    """The agent's steps of one turn (a base of :class:`~contextfold.runtime.loop.Agent`)."""
+
+    toolbox: Toolbox
+    prefix: PrefixInstance
+    max_tokens: int
+    temperature: float | None
+    stream_responses: bool
+
+    # -- one request --------------------------------------------------------------------------
+
+    async def _header(self, context: AgentContextState) -> RequestHeader:
+        prefix = await self.prefix.get()
+        return RequestHeader(
+            transport=self.model.transport,
+            model=self.model.model,
+            session_prefix=prefix_snapshot(prefix),
+            # The registry is process state: the header records it so rebuilds agree.
+            trusted_actor_types=trusted_extensions(),
+            tools=tuple(
+                ToolDefinition(
+                    name=s.name,
+                    description=s.description,
+                    parameters=s.parameters_json.decode(),
+                    strict=s.strict,
+                )
+                for s in self.toolbox.specs
+            ),
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            stream=self.stream_responses,
+        )
+
+    async def _request(
+        self, context: AgentContextState, decision: Decision, report: RunReport
+    ) -> None:
+        header = await self._header(context)
+        previous = context.request_offset
+        if previous is not None and previous > context.compacted_through:
+            # The pressure gate: estimate the request about to go out, session prefix
+            # included (a new instance's prefix may have grown), before sending it.
+            estimate = (
+                len(render_request(build_request(context, header), header.transport).body) // 4
+            )
+            if needs_compaction(estimate, header.model, threshold=self.compaction_threshold):
+                await self._compact(previous, report)
+                context = await self.journal.fold(AgentContext, self.stream)
+        # An unchanged header is logged once: later requests carry None and reuse it.
+        logged = None if context.header == header else header
+        appended = await self.journal.append(
+            self.stream, LlmRequestRequested(header=logged, reason=decision.reason), actor="agent"
+        )
+        offset = appended.first_position
+        await self._send(offset, report)
+
+    async def _retry(self, offset: int, appended_by: str | None, report: RunReport) -> None:
+        context = await self.journal.fold(AgentContext, self.stream)
+        header = context.header if context.request_offset == offset else None
+        reason = ""
+        if appended_by != AGENT:
+            # Another writer's request (its header may carry any system prompt, model or
+            # trust list) is never sent: only the agent decides what goes to the provider.
+            reason = (
+                f"request @{offset} was not appended by the agent "
+                f"(actor {appended_by!r}) and is not sent"
+            )
+        elif header is None:
+            reason = f"request @{offset} has no header snapshot and cannot be rendered"
+        elif header.transport != self.model.transport:
+            reason = (
+                f"request @{offset} was recorded for the {header.transport} transport; "
+                f"this agent's model speaks {self.model.transport}"
+            )
+        if reason:
+            # It must not or cannot be re-sent byte for byte through this model (another
+            # writer's, appended without a header, or the agent's model changed since):
+            # seal it and request anew, with this instance's header logged, so its
+            # triggers are still answered.
+            sealed = LlmRequestInterrupted(request_offset=offset, reason=reason)
+            await self.journal.append(self.stream, sealed, actor="agent")
+            report.interrupted.append(offset)
+            await self._emit("interrupted", offset=offset, by=None)
+            await self._request(context, Decision("request", reason), report)
+            return
+        await self._emit("retry", offset=offset)
+        await self._send(offset, report)
+
+    async def _send(self, offset: int, report: RunReport) -> None:
+        context = await self.journal.fold(AgentContext, self.stream)
+        neutral: NeutralRequest | None = None
+        if context.request_offset == offset and context.header is not None:
+            # The cached fold through the request: the per-turn cost stays flat...
+            try:
+                neutral = build_request(context, through=offset)
+                transport = context.header.transport
+            except RenderError:
+                pass  # ...unless a compaction after @offset removed items the request saw
+        if neutral is None:  # a retry after later requests or a compaction: fold through it
+            state = await rebuild_state(self.journal, self.stream, offset)
+            assert state.header is not None
+            neutral, transport = build_request(state), state.header.transport
+        rendered = render_request(neutral, transport)
+        await self.journal.append(
+            self.stream,
+            RequestRecorded(
+                request_offset=offset,
+                transport=rendered.transport,
+                sha256=rendered.sha256,
+                size=len(rendered.body),
+            ),
+            actor="agent",
+            channels=(),
+        )
+        report.requests.append(offset)
+        await self._emit("request", offset=offset, rendered=rendered, neutral=neutral)
+        # Observers opened rows for the request (a transcript): until its outcome is recorded
+        # (the journal appends included), an error or a cancel anywhere must close them.
+        try:
+            output = await self._complete_interruptible(offset, neutral, rendered)
+            if output is None:
+                report.interrupted.append(offset)
+                return
+            # Its usage report is compacted, when over the threshold, by the loop's next step.
+            await self._record_output(offset, output)
+        except Exception as exc:
+            await self._emit("error", offset=offset, error=exc)
+            raise
+        except asyncio.CancelledError:
+            # The agent itself is cancelled (a shutdown): the closing runs to its end.
+            await _finish(self._emit("interrupted", offset=offset, by=None))
+            raise
+
+    async def _complete_interruptible(
+        self, offset: int, neutral: NeutralRequest, rendered: RenderedRequest
+    ) -> ModelOutput | None:
+        """The model's output, or None when an ``interrupt`` item arrived meanwhile (the
+        request is then recorded as interrupted)."""
+
+        async def on_delta(kind: str, text: str) -> None:
+            await self._emit("delta", offset=offset, kind=kind, text=text)
+
+        self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
+        call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
+        watch = asyncio.create_task(self._watch_interrupts(offset))
+        try:
+            done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # a cancel of the agent: its caller tells the observers
+            await _cancel(call, watch)
+            raise
+        if call in done:
+            await _cancel(watch)
+            if call.cancelled():
+                # Only this loop cancels the call, and it has not: the model's own work was
+                # cancelled (a future it awaited). A provider failure, not a shutdown.
+                raise ModelError(
+                    f"{self.model.transport} request to model {self.model.model!r} failed: "
+                    "it was cancelled from inside the model call"
+                )
+            return call.result()
+        await _cancel(call)  # the provider call is over (its stream closed) before we go on
+        interrupter = watch.result()
+        await self.journal.append(
+            self.stream,
+            LlmRequestInterrupted(request_offset=offset, reason=f"interrupted by @{interrupter}"),
+            actor="agent",
+        )
+        await self._emit("interrupted", offset=offset, by=interrupter)
+        return None
+
+    async def _watch_interrupts(self, offset: int) -> int:
+        """Return the offset of the first ``interrupt`` item appended after request @offset."""
+        # Start the tail at the request, never by reading the stream from its start. When a
+        # newer request has superseded @offset, only items from now on can interrupt it.
+        latest = await self.journal.latest(self.stream, [LlmRequestRequested])
+        cursor: str | None
+        if latest and latest[0].position == offset:
+            cursor = latest[0].cursor
+        else:
+            cursor = await self.journal.head(self.stream)
+        tail = self.journal.subscribe(self.stream, after=cursor, poll_interval=_INTERRUPT_POLL)
+        # Closed here on return (a PostgreSQL tail stops listening), not by the garbage
+        # collector later in a task nobody awaits.
+        async with contextlib.aclosing(cast(AsyncGenerator[StoredEvent, None], tail)) as events:
+            async for stored in events:
+                if stored.type != ContextAdded.event_type or stored.position <= offset:
+                    continue
+                try:
+                    item = stored.decode(ContextAdded)
+                except (ValidationError, CorruptEventError) as exc:
+                    # The folds skip it too (and report it): one bad row must not stop the agent.
+                    log.warning(
+                        "interrupt watcher skipped %s@%s: %s", self.stream, stored.position, exc
+                    )
+                    continue
+                assert isinstance(item, ContextAdded)
+                if behaviour_of(item) == "interrupt":
+                    return stored.position
+        raise AssertionError("unreachable: subscribe never ends")
+
+    async def _record_output(self, offset: int, output: ModelOutput) -> None:
+        context = await self.journal.fold(AgentContext, self.stream)
+        used = {call.id for item in context.history for call in item.tool_calls}
+        kept, dropped = _split_calls(output.tool_calls)
+        calls = _unique_calls(kept, used, offset)
+        text = output.text
+        if dropped:
+            # e.g. a stream cut at max_tokens inside a call: recorded, its half-written
+            # arguments would make every later request unrenderable. The model sees why.
+            notes = "\n".join(
+                f"[tool call {c.name} dropped: its arguments were not a JSON object]"
+                for c in dropped
+            )
+            text = f"{text}\n{notes}" if text else notes
+        usage = TokenUsage(
+            input_tokens=output.usage.input_tokens,
+            output_tokens=output.usage.output_tokens,
+            cached_input_tokens=output.usage.cached_input_tokens or None,
+        )
+        response = LlmResponse(
+            request_offset=offset,
+            model=self.model.model,
+            text=text,
+            tool_calls=calls,
+            usage=usage,
+            stop_reason=output.finish_reason,
+        )
+        # assistant_item reads only the payload: the envelope is the one for pure use.
+        item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
+        await self.journal.append(self.stream, [response, item], actor="agent")
+        recorded = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls)
+        await self._emit(
+            "response", offset=offset, output=replace(output, text=text, tool_calls=recorded)
+        )
+
+
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel the tasks and wait until each has finished (its cleanup run), whatever it
+    raised: a cancelled model call must not outlive the loop step that started it."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _finish(cleanup: Awaitable[None]) -> None:
+    """Run ``cleanup`` to its end for a caller that is handling a cancel (and re-raises it),
+    even when the task is cancelled again meanwhile. ``asyncio.shield`` alone returns at the
+    next cancel and leaves the cleanup running on, unawaited, after the task ended.
+
+    A failing cleanup is logged, never raised: it must not turn the cancel into an error
+    (a task cancelled at shutdown still ends cancelled). Under an anyio cancel scope, which
+    re-delivers its cancel at every await, this waits in a busy loop for the cleanup's
+    length (observer writes: milliseconds).
+    """
+    task = asyncio.ensure_future(cleanup)
+    while not task.done():
+        # A cancel here does not reach the cleanup; the caller re-raises the one it handles.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.warning("cleanup after a cancel failed: %s", error, exc_info=error)
+
+
+def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:
+    """The calls whose arguments are empty or a JSON object, and the others (truncated or
+    malformed arguments, which no tool can run and no provider accepts back)."""
+    kept: list[ToolCall] = []
+    dropped: list[ToolCall] = []
+    for call in calls:
+        if not call.arguments.strip():
+            kept.append(call)
+            continue
+        try:
+            parsed = json.loads(call.arguments)
+        except ValueError:
+            parsed = None
+        (kept if isinstance(parsed, dict) else dropped).append(call)
+    return kept, dropped
+
+
+def _unique_calls(
+    calls: Sequence[ToolCall], used: set[str], offset: int
+) -> tuple[ModelToolCall, ...]:
+    """The calls of the response to request @offset, each with an id no other call in the
+    context has (``used``) nor an earlier call of the same response.
+
+    Providers may repeat ids (a local OpenAI-compatible server answering ``call_0`` every
+    turn); a repeated id is neither sent as a call nor paired with its result, so a repeat
+    gets the request offset as a suffix, ``call_0-12`` (``-``: Anthropic ids allow only
+    ``[a-zA-Z0-9_-]``). Deterministic, and the journal records only the new ids.
+    """
+    taken = set(used)
+    unique: list[ModelToolCall] = []
+    for call in calls:
+        base = call.id or "call"  # some servers send no id at all
+        candidate, n = base, 1
+        while candidate in taken:
+            candidate = f"{base}-{offset}" if n == 1 else f"{base}-{offset}-{n}"
+            n += 1
+        taken.add(candidate)
+        unique.append(ModelToolCall(id=candidate, name=call.name, arguments=call.arguments))
+    return tuple(unique)
