@@ -110,3 +110,22 @@ def test_storage_grows_linearly_with_turns(tmp_path: Path) -> None:
     ratio = stored[400] / stored[200]
     print(f"bytes stored: 200 turns {stored[200]}, 400 turns {stored[400]}, ratio {ratio:.3f}")
     assert 1.8 <= ratio <= 2.2, stored
+
+
+def test_the_same_graph_on_langgraphs_sqlite_saver_grows_quadratically(tmp_path: Path) -> None:
+    # The baseline of the test above, measured the same way (fewer turns: it grows fast).
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    config: RunnableConfig = {"configurable": {"thread_id": "long"}}
+    stored = {}
+    with sqlite3.connect(tmp_path / "baseline.db", check_same_thread=False) as db:
+        graph = build_agent(SqliteSaver(db))
+        for i in range(100):
+            graph.invoke(turn(i), config)
+            if i + 1 in (50, 100):
+                (checkpoints,) = db.execute(
+                    "SELECT SUM(LENGTH(checkpoint) + LENGTH(metadata)) FROM checkpoints"
+                ).fetchone()
+                (writes,) = db.execute("SELECT SUM(LENGTH(value)) FROM writes").fetchone()
+                stored[i + 1] = checkpoints + writes
+    assert stored[100] / stored[50] > 3, stored
