@@ -249,6 +249,100 @@ async def test_a_cold_service_builds_the_fold_once_then_reads_warm() -> None:
     assert probe.events_read(stream) == 2
 
 
+# -- trimmed sessions keep tool calls with their results ---------------------------------------
+
+
+def call(*ids: str) -> Event:
+    parts = [types.Part(function_call=types.FunctionCall(id=i, name="f", args={})) for i in ids]
+    return Event(author="model", content=types.Content(role="model", parts=parts))
+
+
+def answer(*ids: str) -> Event:
+    parts = [
+        types.Part(function_response=types.FunctionResponse(id=i, name="f", response={"r": i}))
+        for i in ids
+    ]
+    return Event(author="model", content=types.Content(role="user", parts=parts))
+
+
+def pairs_cut(events: list[Event], start: int) -> bool:
+    """Whether ``events[start:]`` holds a result whose call is in ``events[:start]``."""
+    made = {c.id for e in events[:start] for c in e.get_function_calls()}
+    kept = {c.id for e in events[start:] for c in e.get_function_calls()}
+    answered = {r.id for e in events[start:] for r in e.get_function_responses()}
+    return bool(answered & (made - kept))
+
+
+@pytest.mark.parametrize(
+    ("recent", "kept"),
+    [(8, 8), (6, 5), (5, 5), (3, 3), (2, 1), (1, 1)],
+)
+async def test_a_trimmed_session_never_starts_with_a_result_cut_from_its_call(
+    journal: Journal, recent: int, kept: int
+) -> None:
+    service = JournalSessionService(journal)
+    session = await service.create_session(app_name=APP, user_id="u", session_id="s")
+    script = [said("q1"), call("c1"), answer("c1"), said("a1")]
+    script += [said("q2"), call("c2"), answer("c2"), said("a2")]
+    for event in script:
+        await service.append_event(session, event)
+    got = await service.get_session(
+        app_name=APP, user_id="u", session_id="s", config=GetSessionConfig(num_recent_events=recent)
+    )
+    assert got is not None and got.events == session.events[len(script) - kept :]
+
+
+steps = st.lists(st.sampled_from(["say", "call", "call2", "answer", "answer_old"]), max_size=14)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps, st.integers(0, 14), st.none() | st.integers(0, 14))
+def test_trimming_keeps_adks_newest_events_less_only_results_cut_from_their_calls(
+    plan: list[str], recent: int, after: int | None
+) -> None:
+    async def run() -> None:
+        reference = InMemorySessionService()
+        async with open_journal("memory://") as journal:
+            ours = JournalSessionService(journal)
+            theirs_session = await reference.create_session(
+                app_name=APP, user_id="u", session_id="s"
+            )
+            our_session = await ours.create_session(app_name=APP, user_id="u", session_id="s")
+            open_ids: list[str] = []
+            for n, step in enumerate(plan):
+                if step.startswith("call"):
+                    ids = [f"c{n}"] if step == "call" else [f"c{n}a", f"c{n}b"]
+                    event, open_ids = call(*ids), [*open_ids, *ids]
+                elif step.startswith("answer") and open_ids:
+                    pick = open_ids[0] if step == "answer_old" else open_ids[-1]
+                    event, open_ids = answer(pick), [i for i in open_ids if i != pick]
+                else:
+                    event = said(f"say {n}")
+                event.timestamp = float(n)
+                await reference.append_event(theirs_session, event.model_copy(deep=True))
+                await ours.append_event(our_session, event.model_copy(deep=True))
+            config = GetSessionConfig(
+                num_recent_events=recent, after_timestamp=None if after is None else float(after)
+            )
+            theirs = await reference.get_session(
+                app_name=APP, user_id="u", session_id="s", config=config
+            )
+            got = await ours.get_session(app_name=APP, user_id="u", session_id="s", config=config)
+            assert theirs is not None and got is not None
+            whole = our_session.events
+            start = len(whole) - len(got.events)
+            assert (
+                whole[start:] == got.events
+                and got.events == theirs.events[len(theirs.events) - len(got.events) :]
+            )
+            # The first start at or after ADK's from which no result is cut from its call.
+            first = len(whole) - len(theirs.events)
+            assert all(pairs_cut(whole, at) for at in range(first, start))
+            assert not pairs_cut(whole, start)
+
+    asyncio.run(run())
+
+
 # -- deletion -----------------------------------------------------------------------------------
 
 

@@ -62,9 +62,25 @@ class AdkSessionCreated(JournalEvent, type="adk/session-created", runtime_only=T
     time: float
 
 
-class _Actions(BaseModel):
+class _Header(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class _Actions(_Header):
     state_delta: dict[str, Any] = {}
+
+
+class _Ref(_Header):
+    id: str | None = None
+
+
+class _Part(_Header):
+    function_call: _Ref | None = None
+    function_response: _Ref | None = None
+
+
+class _Content(_Header):
+    parts: tuple[_Part, ...] | None = None
 
 
 class AdkEventHeader(JournalEvent, type=ADK_EVENT, runtime_only=True):
@@ -74,6 +90,18 @@ class AdkEventHeader(JournalEvent, type=ADK_EVENT, runtime_only=True):
     id: str
     timestamp: float
     actions: _Actions = _Actions()
+    content: _Content | None = None
+
+    def call_ids(self) -> tuple[list[str], list[str]]:
+        """The ids of the function calls the event makes, and of those it answers."""
+        calls: list[str] = []
+        answers: list[str] = []
+        for part in (self.content.parts if self.content else None) or ():
+            if part.function_call is not None and part.function_call.id:
+                calls.append(part.function_call.id)
+            if part.function_response is not None and part.function_response.id:
+                answers.append(part.function_response.id)
+        return calls, answers
 
 
 class AdkSessionDeleted(JournalEvent, type="adk/session-deleted", runtime_only=True):
@@ -94,11 +122,13 @@ class AdkStateChanged(JournalEvent, type="adk/state-changed", runtime_only=True)
 
 
 class Indexed(NamedTuple):
-    """One ADK event of a session: the cursor it is stored at, its timestamp and id."""
+    """One ADK event of a session: the cursor it is stored at, its timestamp and id, and the
+    index of the oldest event whose function calls it answers (-1: it answers none)."""
 
     cursor: str
     timestamp: float
     event_id: str
+    answers_from: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +146,8 @@ class SessionRecord:
 
     ``head``/``version`` are the cursor and stream position of the last event folded;
     ``base`` the cursor of the session's ``adk/session-created`` event; ``events`` the
-    index of its ADK events, oldest first.
+    index of its ADK events, oldest first; ``open_calls`` the function calls not answered
+    yet, by id, with the index of the event that made them.
     """
 
     exists: bool = False
@@ -129,6 +160,7 @@ class SessionRecord:
     state: Mapping[str, Any] = field(default_factory=FrozenDict)
     last_update_time: float = 0.0
     events: PVector[Indexed] = field(default_factory=pvector)
+    open_calls: Mapping[str, int] = field(default_factory=FrozenDict)
     shared: Shared | None = None
 
 
@@ -178,13 +210,22 @@ def _appended(record: SessionRecord, ev: Envelope[AdkEventHeader]) -> SessionRec
     if not record.exists:  # only ever after a deletion raced an append: not the session's
         return replace(record, head=ev.cursor, version=ev.position)
     app, user, own = split_delta(ev.payload.actions.state_delta)
+    calls, answers = ev.payload.call_ids()
+    open_calls = record.open_calls
+    answered = [open_calls[call] for call in answers if call in open_calls]
+    if calls or answered:
+        at = len(record.events)
+        kept = {call: made for call, made in open_calls.items() if call not in answers}
+        open_calls = FrozenDict({**kept, **dict.fromkeys(calls, at)})
+    entry = Indexed(ev.cursor, ev.payload.timestamp, ev.payload.id, min(answered, default=-1))
     return replace(
         record,
         head=ev.cursor,
         version=ev.position,
         state=freeze({**record.state, **own}) if own else record.state,
         last_update_time=ev.payload.timestamp,
-        events=record.events.append(Indexed(ev.cursor, ev.payload.timestamp, ev.payload.id)),
+        events=record.events.append(entry),
+        open_calls=open_calls,
         shared=shared_of(ev.cursor, app, user) or record.shared,
     )
 

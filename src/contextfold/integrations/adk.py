@@ -222,7 +222,8 @@ class JournalSessionService(BaseSessionService):
     ) -> Session | None:
         """The session with its events (all, or as ``config`` selects, in append order), or
         None. ``num_recent_events`` keeps the newest n; ``after_timestamp`` then keeps the
-        newest events whose timestamps are at or after it (ADK's in-memory rules)."""
+        newest events whose timestamps are at or after it (ADK's in-memory rules); then the
+        results of function calls left out are left out too, so no result lacks its call."""
         stream = session_stream(app_name, user_id, check_name("session_id", session_id).strip())
         for _ in range(_ATTEMPTS):
             record = await self._record(stream)
@@ -415,7 +416,11 @@ class JournalSessionService(BaseSessionService):
 
 
 def _first_wanted(index: Sequence[Indexed], config: GetSessionConfig | None) -> int:
-    """Where the events ``config`` selects start in the index (its length for none)."""
+    """Where the events ``config`` selects start in the index (its length for none).
+
+    ADK's selection, then moved past any event that answers a function call the selection
+    cut off: a trimmed session never holds a tool's result without the call.
+    """
     start = 0
     if config is not None and config.num_recent_events is not None:
         start = max(0, len(index) - config.num_recent_events)
@@ -424,6 +429,11 @@ def _first_wanted(index: Sequence[Indexed], config: GetSessionConfig | None) -> 
         while at > start and index[at - 1].timestamp >= config.after_timestamp:
             at -= 1
         start = at
+    while start:  # each pass only looks at the events it returns
+        cut = [at for at in range(start, len(index)) if 0 <= index[at].answers_from < start]
+        if not cut:
+            break
+        start = cut[-1] + 1
     return start
 
 
