@@ -4,13 +4,15 @@ process), forks from an earlier checkpoint, and its storage grows linearly with 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
+from langgraph.channels.delta import DeltaChannel
+from langgraph.graph import START, StateGraph
 from langgraph_graphs import build_agent, turn
 
 import contextfold as cf
@@ -129,3 +131,36 @@ def test_the_same_graph_on_langgraphs_sqlite_saver_grows_quadratically(tmp_path:
                 (writes,) = db.execute("SELECT SUM(LENGTH(value)) FROM writes").fetchone()
                 stored[i + 1] = checkpoints + writes
     assert stored[100] / stored[50] > 3, stored
+
+
+def _concat(state: list[str] | None, writes: Sequence[Any]) -> list[str]:
+    merged = list(state or [])
+    for write in writes:
+        merged.extend(write if isinstance(write, list) else [write])
+    return merged
+
+
+class _DeltaState(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concat, snapshot_frequency=3)]
+
+
+def _log(state: _DeltaState) -> dict[str, Any]:
+    return {"log": [f"seen {len(state['log'])}"]}
+
+
+def test_a_delta_channel_is_rebuilt_from_its_writes_by_a_new_saver(tmp_path: Path) -> None:
+    # LangGraph's DeltaChannel (beta) stores a sentinel in most checkpoints and replays
+    # the pending writes of the parent chain: the saver's parents and writes must hold.
+    builder = StateGraph(_DeltaState)
+    builder.add_node("log", _log)
+    builder.add_edge(START, "log")
+    url = f"sqlite:///{tmp_path / 'delta.db'}"
+    config: RunnableConfig = {"configurable": {"thread_id": "delta"}}
+    with cf.open_journal_sync(url) as journal:
+        graph = builder.compile(checkpointer=JournalSaver(journal))
+        for i in range(8):
+            out = graph.invoke({"log": [f"in {i}"]}, config)
+    assert out["log"][-2:] == ["in 7", "seen 15"]
+    with cf.open_journal_sync(url) as journal:
+        graph = builder.compile(checkpointer=JournalSaver(journal))
+        assert graph.get_state(config).values["log"] == out["log"]
