@@ -339,6 +339,8 @@ def test_bad_configs_and_options_are_refused_naming_what_is_wrong(
         JournalSaver(journal, hard_delete="yes")  # type: ignore[arg-type]
     with pytest.raises(cf.InvalidInputError, match="Journal"):
         JournalSaver("sqlite:///x.db")  # type: ignore[arg-type]
+    with pytest.raises(cf.InvalidStreamNameError, match="stream_prefix ' lg/'"):
+        JournalSaver(journal, stream_prefix=" lg/")
     with pytest.raises(cf.PayloadError, match=r"checkpoint '.*': metadata\.blob"):
         _put(saver, "t", {}, versions={}, metadata={"blob": object()})
     with pytest.raises(cf.InvalidInputError, match="channel 'a' version True"):

@@ -21,7 +21,7 @@ import functools
 import secrets
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -139,7 +139,10 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self._bridge = JournalBridge(journal, what="JournalSaver")
         if not isinstance(stream_prefix, str):
             raise InvalidInputError(f"stream_prefix must be a str, got {stream_prefix!r}")
-        check_stream(f"{stream_prefix}thread")
+        try:
+            check_stream(f"{stream_prefix}thread")
+        except InvalidStreamNameError as exc:
+            raise InvalidStreamNameError(f"stream_prefix {stream_prefix!r}: {exc}") from exc
         if not isinstance(hard_delete, bool):
             raise InvalidInputError(f"hard_delete must be True or False, got {hard_delete!r}")
         if isinstance(cache_bytes, bool) or not isinstance(cache_bytes, int) or cache_bytes < 0:
@@ -628,15 +631,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     # -- deleting and copying --------------------------------------------------------------------
 
-    async def _clear(self, thread_id: str, reason: str) -> None:
+    async def _clear(self, thread_id: str, reason: Literal["delete_thread", "prune"]) -> None:
         stream = self.stream_of(thread_id)
         if self.hard_delete:
             await self.journal.delete_stream(stream)
             return
         index = await self._index(stream)
         if index.checkpoints or index.blobs or index.writes:
-            cleared = ThreadCleared(reason="prune" if reason == "prune" else "delete_thread")
-            await self.journal.append(stream, cleared)
+            await self.journal.append(stream, ThreadCleared(reason=reason))
 
     async def _delete_for_runs(self, run_ids: Sequence[str]) -> None:
         if isinstance(run_ids, str):
