@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 import orjson
 
-from . import canonical
-from .errors import InvalidInputError, PayloadError
-from .events import TYPE_NAME, Event, EventMeta, NewEvent, RawEvent, StoredEvent
-from .folds.fold import FoldBase
-from .folds.reader import FoldCache, FoldReader
-from .folds.segmented import SegmentedFold
-from .store.base import (
+from .. import canonical
+from ..errors import InvalidInputError, PayloadError
+from ..events import TYPE_NAME, Event, EventMeta, NewEvent, RawEvent, StoredEvent
+from ..folds.fold import FoldBase
+from ..folds.reader import FoldCache, FoldReader
+from ..folds.segmented import SegmentedFold
+from ..store.base import (
     AppendResult,
     ReadResult,
     Store,
@@ -40,10 +40,10 @@ from .store.base import (
     check_stream,
     check_text,
 )
-from .store.urls import parse_store_url
+from ..store.urls import parse_store_url
 
 if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
-    from .render.neutral import RenderedRequest
+    from ..render.neutral import RenderedRequest
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -83,15 +83,15 @@ def store_from_url(url: str, **options: Any) -> Store:
     ``sqlite:///:memory:`` or ``postgresql://…``. Raises InvalidInputError for others."""
     parsed = parse_store_url(url, what="journal")
     if parsed.scheme == "memory":
-        from .store.memory import MemoryStore
+        from ..store.memory import MemoryStore
 
         return MemoryStore()
     if parsed.scheme == "sqlite":
-        from .store.sqlite import SQLiteStore
+        from ..store.sqlite import SQLiteStore
 
         return SQLiteStore(parsed.target, **options)
     try:
-        from .store.postgres import PostgresStore
+        from ..store.postgres import PostgresStore
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise InvalidInputError(
             "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
@@ -470,8 +470,8 @@ class Journal:
             )
         if view is None or budget is None or summarize is None:
             raise TypeError("compact needs next, or view=, budget= and summarize=")
-        from .views.policy import compact_with_view
-        from .views.view import check_budget
+        from ..views.policy import compact_with_view
+        from ..views.view import check_budget
 
         check_budget(budget)  # a ValueError before budget / 2 below can fail on a non-number
         return await compact_with_view(
@@ -492,7 +492,7 @@ class Journal:
     async def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
         """The exact body of request @``offset`` (a RenderedRequest), rebuilt from the journal:
         the same bytes as when it was sent, whatever was appended after it."""
-        from .context.rebuild import rebuild_request
+        from ..context.rebuild import rebuild_request
 
         check_stream(stream)
         return await rebuild_request(self, stream, offset)
