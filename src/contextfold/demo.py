@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, assert_never
 
 from rich.console import Console
 from rich.table import Table
@@ -22,7 +22,22 @@ from .journal import open_journal
 from .render.envelope import Layer, TurnEvent, compile_turn
 from .render.neutral import NeutralMessage
 from .render.prefix import SessionPrefix
-from .runtime.events import Observers
+from .runtime.events import (
+    CompactionFinished,
+    CompactionStarted,
+    DeltaReceived,
+    LoopCancelled,
+    LoopEvent,
+    LoopHalted,
+    Observers,
+    RequestFailed,
+    RequestInterrupted,
+    RequestRetried,
+    RequestSent,
+    ResponseRecorded,
+    ToolFinished,
+    ToolStarted,
+)
 from .runtime.local import LocalModel
 from .runtime.loop import Agent, system_prompt
 from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
@@ -120,56 +135,63 @@ class _Printer:
         self.build = 0
         self.previous = b""
 
-    async def on_event(self, name: str, **data: Any) -> None:
+    async def on_event(self, event: LoopEvent) -> None:
         out = self.console
-        if name == "request":
-            rendered = data["rendered"]
-            body: bytes = rendered.body
-            reuse = ""
-            if self.previous:
-                shared = len(os.path.commonprefix([self.previous, body]))  # noqa: RUF071 - bytes, not paths
-                reuse = f", starts with {shared / len(self.previous):.0%} of the previous body"
-            self.previous = body
-            out.print(
-                f"  [cyan]→ request @{data['offset']}[/] {rendered.transport}, "
-                f"{len(body)} bytes, sha256 {rendered.sha256[:12]}…{reuse}"
-            )
-        elif name == "response":
-            output = data["output"]
-            calls = ", ".join(f"{c.name}({c.arguments})" for c in output.tool_calls)
-            text = " / ".join(line.strip() for line in output.text.splitlines()[:2])
-            out.print(
-                f"  [green]← answer[/] {text[:110]}"
-                + (f"  [yellow]calls[/] {calls}" if calls else "")
-            )
-        elif name == "tool-start":
-            # The CI webhook posts while the model works: a keyed status slot, external actor.
-            self.build += 1
-            await self.journal.append(
-                self.stream,
-                ContextAdded(
-                    role="developer",
-                    actor=Actor(type="webhook", id="ci"),
-                    key="ci/status",
-                    content=f"CI build #{self.build}: "
-                    + ("passed" if self.build % 3 else "failed: tests/test_app.py"),
-                    llm_request_policy=LlmRequestPolicy(behaviour="none"),
-                ),
-                actor="webhook",
-            )
-            out.print(f"  [magenta]webhook[/] ci/status ← build #{self.build}")
-        elif name == "tool-end":
-            outcome = data["outcome"]
-            out.print(
-                f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars"
-                + (" (error)" if outcome.is_error else "")
-            )
-        elif name == "compaction":
-            out.print(
-                f"  [bold red]compaction[/] summary replaces history through @{data['offset']}"
-            )
-        elif name == "interrupted":
-            out.print(f"  [red]interrupted[/] request @{data['offset']} by @{data['by']}")
+        match event:
+            case RequestSent(offset=offset, rendered=rendered):
+                body = rendered.body
+                reuse = ""
+                if self.previous:
+                    shared = len(os.path.commonprefix([self.previous, body]))  # noqa: RUF071 - bytes, not paths
+                    reuse = f", starts with {shared / len(self.previous):.0%} of the previous body"
+                self.previous = body
+                out.print(
+                    f"  [cyan]→ request @{offset}[/] {rendered.transport}, "
+                    f"{len(body)} bytes, sha256 {rendered.sha256[:12]}…{reuse}"
+                )
+            case ResponseRecorded(output=output):
+                calls = ", ".join(f"{c.name}({c.arguments})" for c in output.tool_calls)
+                text = " / ".join(line.strip() for line in output.text.splitlines()[:2])
+                out.print(
+                    f"  [green]← answer[/] {text[:110]}"
+                    + (f"  [yellow]calls[/] {calls}" if calls else "")
+                )
+            case ToolStarted():
+                # The CI webhook posts while the model works: a keyed status slot, external actor.
+                self.build += 1
+                await self.journal.append(
+                    self.stream,
+                    ContextAdded(
+                        role="developer",
+                        actor=Actor(type="webhook", id="ci"),
+                        key="ci/status",
+                        content=f"CI build #{self.build}: "
+                        + ("passed" if self.build % 3 else "failed: tests/test_app.py"),
+                        llm_request_policy=LlmRequestPolicy(behaviour="none"),
+                    ),
+                    actor="webhook",
+                )
+                out.print(f"  [magenta]webhook[/] ci/status ← build #{self.build}")
+            case ToolFinished(outcome=outcome):
+                out.print(
+                    f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars"
+                    + (" (error)" if outcome.is_error else "")
+                )
+            case CompactionFinished(offset=offset):
+                out.print(f"  [bold red]compaction[/] summary replaces history through @{offset}")
+            case RequestInterrupted(offset=offset, by=by):
+                out.print(f"  [red]interrupted[/] request @{offset} by @{by}")
+            case (
+                RequestRetried()
+                | DeltaReceived()
+                | RequestFailed()
+                | CompactionStarted()
+                | LoopHalted()
+                | LoopCancelled()
+            ):
+                pass
+            case _:
+                assert_never(event)
 
 
 async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = None) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from contextfold.context.events import (
     Actor,
@@ -18,6 +18,7 @@ from contextfold.context.rebuild import RequestRecorded
 from contextfold.events import Event, StoredEvent
 from contextfold.journal import Journal, open_journal
 from contextfold.render.neutral import NeutralRequest, RenderedRequest
+from contextfold.runtime.events import LoopEvent, RequestSent
 from contextfold.runtime.scheduling import AgentHalted
 
 __all__ = [
@@ -102,22 +103,23 @@ async def assistant_texts(journal: Journal, stream: str) -> list[str]:
     return [e.text for _, e in await events_of(journal, stream, LlmResponse)]
 
 
+_E = TypeVar("_E")
+
+
 class Observer:
     """Records every loop event; ``sent`` maps request offset to the bodies sent for it."""
 
     def __init__(self) -> None:
-        self.events: list[tuple[str, dict[str, Any]]] = []
+        self.events: list[LoopEvent] = []
         self.sent: dict[int, list[RenderedRequest]] = {}
         self.neutral: dict[int, list[NeutralRequest]] = {}
 
-    async def on_event(self, name: str, **data: Any) -> None:
-        self.events.append((name, data))
-        if name == "request":
-            self.sent.setdefault(data["offset"], []).append(data["rendered"])
-            self.neutral.setdefault(data["offset"], []).append(data["neutral"])
+    async def on_event(self, event: LoopEvent) -> None:
+        self.events.append(event)
+        if isinstance(event, RequestSent):
+            self.sent.setdefault(event.offset, []).append(event.rendered)
+            self.neutral.setdefault(event.offset, []).append(event.neutral)
 
-    def names(self) -> list[str]:
-        return [name for name, _ in self.events]
-
-    def of(self, name: str) -> list[dict[str, Any]]:
-        return [data for n, data in self.events if n == name]
+    def of(self, kind: type[_E]) -> list[_E]:
+        """The recorded events of one class, in order."""
+        return [event for event in self.events if isinstance(event, kind)]

@@ -11,6 +11,7 @@ from runtime_helpers import STREAM, Observer, halts_of, requests_of, text_of, us
 from contextfold.context.events import Actor, ContextAdded
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest, ToolCall
+from contextfold.runtime.events import LoopEvent, LoopHalted, ResponseRecorded
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, TurnBudgets
@@ -83,7 +84,7 @@ async def test_turn_budget_per_kind(
     assert "turn budget" in report.reason
     [halt] = await halts_of(journal, STREAM)
     assert halt.reason == "turn-budget"
-    assert observer.names().count("halted") == 1
+    assert len(observer.of(LoopHalted)) == 1
 
 
 async def test_circuit_breaker_stops_a_runaway_tool_loop_and_a_user_resumes(
@@ -139,8 +140,8 @@ class ScriptRunner:
         self.enabled = True
         self.runs = 0
 
-    async def on_event(self, name: str, **data: Any) -> None:
-        if name == "response" and self.enabled:
+    async def on_event(self, event: LoopEvent) -> None:
+        if isinstance(event, ResponseRecorded) and self.enabled:
             self.runs += 1
             await self.journal.append(
                 STREAM,

@@ -16,6 +16,7 @@ from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest, render_request
 from contextfold.render.prefix import SessionPrefix
+from contextfold.runtime.events import CompactionFinished
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelOutput, Usage
 
@@ -107,7 +108,7 @@ async def test_compaction_summarizes_the_exact_request_and_rebases_history(
     assert summary.compaction.usage is not None and summary.compaction.usage.input_tokens == 900
     assert summary.content == "SUMMARY: the user asked three questions."
     assert summary_at > measured
-    assert [d["offset"] for d in observer.of("compaction")] == [measured]
+    assert [d.offset for d in observer.of(CompactionFinished)] == [measured]
 
     # The next request starts with the summary, sent as user, after system and prefix.
     await journal.append(STREAM, user("question four"))

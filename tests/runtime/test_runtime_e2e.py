@@ -26,6 +26,7 @@ from contextfold.context.events import (
 )
 from contextfold.context.rebuild import rebuild_request, verify_requests
 from contextfold.journal import Journal
+from contextfold.runtime.events import DeltaReceived
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 
@@ -104,10 +105,10 @@ async def test_openai_chat_streaming_tool_call_then_text(journal: Journal) -> No
     assert tool_messages[0]["content"].endswith("\nsunny in Paris")
 
     # The text deltas reached the observer, in order, for the second request.
-    deltas = observer.of("delta")
-    assert [d["text"] for d in deltas] == ANSWER
-    assert {d["offset"] for d in deltas} == {report.requests[1]}
-    assert {d["kind"] for d in deltas} == {"text"}
+    deltas = observer.of(DeltaReceived)
+    assert [d.text for d in deltas] == ANSWER
+    assert {d.offset for d in deltas} == {report.requests[1]}
+    assert {d.channel for d in deltas} == {"text"}
     # The final answer is in the journal.
     final = (await assistant_items(journal))[-1]
     assert final.content == "".join(ANSWER)
@@ -155,7 +156,7 @@ async def test_anthropic_streaming_tool_call_then_text(journal: Journal) -> None
     assert [(u["id"], u["name"], u["input"]) for u in uses] == [
         ("toolu_1", "get_weather", {"city": "Paris"})
     ]
-    assert [d["text"] for d in observer.of("delta")] == ANSWER
+    assert [d.text for d in observer.of(DeltaReceived)] == ANSWER
     assert (await assistant_items(journal))[-1].content == "".join(ANSWER)
 
 
@@ -175,7 +176,7 @@ async def test_openai_responses_streaming_text(journal: Journal) -> None:
     assert [r.path for r in server.received] == ["/v1/responses"]
     assert server.received[0].body["stream"] is True
     await check_wire(journal, observer, server.received)
-    assert [d["text"] for d in observer.of("delta")] == ANSWER
+    assert [d.text for d in observer.of(DeltaReceived)] == ANSWER
     assert (await assistant_items(journal))[-1].content == "".join(ANSWER)
     [response] = [e for _, e in await events_of(journal, STREAM, LlmResponse)]
     assert response.usage is not None and response.usage.input_tokens == 80

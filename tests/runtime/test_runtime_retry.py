@@ -32,6 +32,7 @@ from contextfold.errors import RebuildError
 from contextfold.journal import Journal, open_journal
 from contextfold.render.neutral import NeutralRequest, ToolCall
 from contextfold.render.prefix import SessionPrefix
+from contextfold.runtime.events import CompactionFinished, RequestRetried
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, Usage
 
@@ -99,7 +100,7 @@ async def test_a_failed_request_is_retried_byte_for_byte_by_a_new_instance(
         )
         report = await agent.run_until_idle()
         assert report.requests[0] == offset  # the retry comes first
-        assert next(name for name, _ in observer.events) == "retry"
+        assert isinstance(observer.events[0], RequestRetried)
         [retried] = observer.sent[offset]
         assert retried.sha256 == original[0]
         assert (await recorded_of(journal, STREAM))[offset] == [original[0], original[0]]
@@ -288,7 +289,7 @@ async def test_every_request_rebuilds_byte_for_byte_after_many_appends(journal: 
     await run_session(journal, observer)
     sent = {offset: bodies[-1] for offset, bodies in observer.sent.items()}
     assert len(sent) >= 8
-    assert observer.of("compaction"), "the session compacts once"
+    assert observer.of(CompactionFinished), "the session compacts once"
     # Much later: more questions, updates of published slots, system changes, a compaction.
     for n in range(40):
         await journal.append(

@@ -31,6 +31,7 @@ from contextfold.context.projection import AgentContext
 from contextfold.events import RawEvent, StoredEvent
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest
+from contextfold.runtime.events import LoopEvent, RequestInterrupted, RequestSent
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, behaviour_of, kind_of
@@ -246,8 +247,8 @@ async def test_interrupt_cancels_the_request_in_flight(journal: Journal) -> None
     assert report.interrupted == [first]
     assert await interrupted_of(journal, STREAM) == [first]
     assert cancelled.is_set()
-    assert [d["offset"] for d in observer.of("interrupted")] == [first]
-    assert observer.of("interrupted")[0]["by"] == interrupter[0]
+    assert [e.offset for e in observer.of(RequestInterrupted)] == [first]
+    assert observer.of(RequestInterrupted)[0].by == interrupter[0]
     assert "STOP, do this instead" not in text_of(seen[0])
     assert "STOP, do this instead" in text_of(seen[1])
     assert await assistant_items(journal) == ["new answer"]  # the cancelled one answered nothing
@@ -310,7 +311,7 @@ async def test_trigger_before_system_prompt_is_queued_then_answered(journal: Jou
     assert (await agent.run_until_idle()).status == "queued"
     assert await requests_of(journal, STREAM) == []
     assert script.requests == []
-    assert "request" not in observer.names()
+    assert not observer.of(RequestSent)
 
     await journal.append(STREAM, system_prompt("You are the agent."))
     report = await agent.run_until_idle()
@@ -401,8 +402,8 @@ async def test_an_interrupted_model_call_has_finished_before_the_loop_goes_on(
     seen_at_interrupt: list[bool] = []
 
     class Watch:
-        async def on_event(self, name: str, **data: object) -> None:
-            if name == "interrupted":
+        async def on_event(self, event: LoopEvent) -> None:
+            if isinstance(event, RequestInterrupted):
                 seen_at_interrupt.append(cleaned[0])
 
     await born(journal)
@@ -442,8 +443,8 @@ async def test_the_interrupt_watchers_tail_is_closed_before_the_loop_goes_on(
     closed_at_interrupt: list[bool] = []
 
     class Watch:
-        async def on_event(self, name: str, **data: object) -> None:
-            if name == "interrupted":
+        async def on_event(self, event: LoopEvent) -> None:
+            if isinstance(event, RequestInterrupted):
                 closed_at_interrupt.append(bool(closed))
 
     await born(journal)
@@ -461,7 +462,7 @@ async def test_status_is_not_left_busy_after_a_model_error(journal: Journal) -> 
     statuses: list[str] = []
 
     class Watch:
-        async def on_event(self, name: str, **data: object) -> None:
+        async def on_event(self, event: LoopEvent) -> None:
             statuses.append(agent.status)
 
     await born(journal)

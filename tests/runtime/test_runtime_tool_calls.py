@@ -24,6 +24,7 @@ from contextfold.context.request import UNVERIFIED_CALLS
 from contextfold.events import Envelope
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest, ToolCall, render_request
+from contextfold.runtime.events import ResponseRecorded
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler
@@ -173,7 +174,7 @@ async def test_reused_provider_call_ids_are_made_unique(journal: Journal) -> Non
     assert ids[:2] == ["call_0", f"call_0-{responses[0][1].request_offset}"]
     assert [r.tool_call_id for _, r in await events_of(journal, STREAM, ToolCallResult)] == ids
     # Observers see the recorded ids too.
-    assert [c.id for d in observer.of("response") for c in d["output"].tool_calls] == ids
+    assert [c.id for d in observer.of(ResponseRecorded) for c in d.output.tool_calls] == ids
 
 
 def _forged_item(request: int, actor: Actor | None) -> ContextAdded:

@@ -16,6 +16,7 @@ from contextfold.errors import StoreError
 from contextfold.events import Event
 from contextfold.journal import Journal
 from contextfold.render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
+from contextfold.runtime.events import LoopCancelled, LoopEvent, RequestInterrupted
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, OnDelta
 from contextfold.runtime.transcript import TranscriptObserver
@@ -224,8 +225,8 @@ class SlowToClose:
     def __init__(self) -> None:
         self.closing, self.release, self.closed = asyncio.Event(), asyncio.Event(), False
 
-    async def on_event(self, name: str, **data: Any) -> None:
-        if name == "interrupted":
+    async def on_event(self, event: LoopEvent) -> None:
+        if isinstance(event, RequestInterrupted):
             self.closing.set()
             await self.release.wait()
             self.closed = True
@@ -286,8 +287,8 @@ async def test_cancelling_the_agent_while_tools_run_closes_their_rows(
 class FailsToClose:
     """An observer whose closing after a cancel fails (its store is down)."""
 
-    async def on_event(self, name: str, **data: Any) -> None:
-        if name in ("interrupted", "cancelled"):
+    async def on_event(self, event: LoopEvent) -> None:
+        if isinstance(event, RequestInterrupted | LoopCancelled):
             raise ConnectionError("transcript store unreachable")
 
 

@@ -1,6 +1,23 @@
-"""The agent runtime: the loop, scheduling, model clients and tools."""
+"""The agent runtime: the loop, its typed events, scheduling, model clients and tools."""
 
-from .events import AgentObserver
+from .events import (
+    LOOP_EVENT_TYPES,
+    AgentObserver,
+    CompactionFinished,
+    CompactionStarted,
+    DeltaReceived,
+    LoopCancelled,
+    LoopEvent,
+    LoopHalted,
+    Observers,
+    RequestFailed,
+    RequestInterrupted,
+    RequestRetried,
+    RequestSent,
+    ResponseRecorded,
+    ToolFinished,
+    ToolStarted,
+)
 from .local import LocalModel
 from .loop import Agent, system_prompt
 from .models import (
@@ -19,27 +36,42 @@ from .tool_runs import NOT_RERUN, InterruptedToolPolicy
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool
 
 __all__ = [
+    "LOOP_EVENT_TYPES",
     "NOT_RERUN",
     "Agent",
     "AgentHalted",
     "AgentObserver",
     "AnthropicModel",
+    "CompactionFinished",
+    "CompactionStarted",
     "Decision",
+    "DeltaReceived",
     "FunctionModel",
     "InterruptedToolPolicy",
     "LocalModel",
+    "LoopCancelled",
+    "LoopEvent",
+    "LoopHalted",
     "ModelClient",
     "ModelError",
     "ModelOutput",
+    "Observers",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "RequestFailed",
+    "RequestInterrupted",
+    "RequestRetried",
+    "RequestSent",
+    "ResponseRecorded",
     "RunReport",
     "Scheduler",
     "SchedulerState",
     "Status",
     "Tool",
     "ToolContext",
+    "ToolFinished",
     "ToolOutcome",
+    "ToolStarted",
     "Toolbox",
     "TurnBudgets",
     "Usage",

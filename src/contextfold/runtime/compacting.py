@@ -5,7 +5,6 @@ history through it."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from .._aio import CancelWatch
 from ..context.compaction import build_summary_request, pick_compaction, summary_item
@@ -15,7 +14,7 @@ from ..context.rebuild import rebuild_state
 from ..context.state import AgentContextState
 from ..journal import Journal
 from ..render.neutral import render_request
-from .events import AgentObserver
+from .events import AgentObserver, CompactionFinished, CompactionStarted, LoopEvent
 from .models import ModelClient
 from .report import RunReport, Status
 from .scheduling import SchedulerState
@@ -39,9 +38,9 @@ class CompactionSteps:
 
     # -- observation --------------------------------------------------------------------------
 
-    async def _emit(self, name: str, **data: Any) -> None:
+    async def _emit(self, event: LoopEvent) -> None:
         if self.observer is not None:
-            await self.observer.on_event(name, **data)
+            await self.observer.on_event(event)
 
     def _set_status(self, status: Status) -> None:
         self.status = status
@@ -91,7 +90,7 @@ class CompactionSteps:
             return False
         neutral = build_summary_request(state, through=offset)
         rendered = render_request(neutral, self.model.transport)
-        await self._emit("compaction-start", offset=offset)
+        await self._emit(CompactionStarted(offset=offset))
         self._cancel.check()  # no summary call for a cancelled agent either
         output = await self.model.complete(neutral, rendered)
         usage = TokenUsage(
@@ -101,5 +100,5 @@ class CompactionSteps:
             self.stream, summary_item(output.text, cutoff=offset, usage=usage), actor="agent"
         )
         report.compactions.append(offset)
-        await self._emit("compaction", offset=offset, summary=output.text)
+        await self._emit(CompactionFinished(offset=offset, summary=output.text))
         return True

@@ -23,7 +23,7 @@ from ..context.state import SYSTEM_PROMPT_KEY
 from ..errors import InvalidInputError
 from ..journal import Journal
 from ..render.prefix import SessionPrefix
-from .events import AgentObserver
+from .events import AgentObserver, LoopCancelled, LoopHalted
 from .models import ModelClient, ModelError
 from .report import RunReport, Status
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
@@ -130,7 +130,7 @@ class Agent(TurnSteps):
                         AgentHalted(reason=reason, detail=decision.reason),
                         actor="agent",
                     )
-                    await self._emit("halted", reason=decision.reason)
+                    await self._emit(LoopHalted(reason=decision.reason))
                     report.status, report.reason = "stopped", decision.reason
                     break
                 if decision.action == "run-tools":
@@ -153,7 +153,7 @@ class Agent(TurnSteps):
         except asyncio.CancelledError:
             # A shutdown, maybe while tools run: observers close what they still hold open
             # (a request's own rows are closed where it is sent).
-            await _finish(self._emit("cancelled"))
+            await _finish(self._emit(LoopCancelled()))
             raise
         finally:
             # Never left "busy": after an error the report's status is still "idle".

@@ -18,6 +18,7 @@ from typing import Literal
 from ..context.events import ModelToolCall, ToolCallResult, ToolCallStarted, tool_result_item
 from ..journal import Journal
 from ..render.neutral import ToolCall
+from .events import LoopEvent, ToolFinished, ToolStarted
 from .scheduling import AGENT, TOOL_WRITER
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome
 
@@ -58,7 +59,7 @@ async def run_calls(
     *,
     started: Collection[str],
     policy: InterruptedToolPolicy,
-    emit: Callable[..., Awaitable[None]],
+    emit: Callable[[LoopEvent], Awaitable[None]],
 ) -> ToolRuns:
     """Answer ``calls`` in order; ``started``: those the journal records as started without
     a result. Store errors propagate (the call's record is then what the journal holds)."""
@@ -69,7 +70,7 @@ async def run_calls(
             outcome = ToolOutcome(call.id, call.name, NOT_RERUN, is_error=True)
             not_rerun.append(call.id)
         else:
-            await emit("tool-start", call=call)
+            await emit(ToolStarted(call=call))
             outcome = await toolbox.call(
                 ToolCall(id=call.id, name=call.name, arguments=call.arguments),
                 ToolContext(call.id, call.name, stream, resumed=resumed),
@@ -82,7 +83,7 @@ async def run_calls(
             is_error=outcome.is_error,
         )
         await journal.append(stream, [result, tool_result_item(result)], actor=TOOL_WRITER)
-        await emit("tool-end", call=call, outcome=outcome)
+        await emit(ToolFinished(call=call, outcome=outcome))
     return ToolRuns(len(calls), tuple(not_rerun))
 
 

@@ -4,7 +4,7 @@ does into transcript stream events (rows at boundaries, deltas on the bus only).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import assert_never
 
 from ..transcript.parts import INTERRUPTED
 from ..transcript.parts import Usage as PartUsage
@@ -20,6 +20,21 @@ from ..transcript.stream import (
     ToolStateChanged,
 )
 from ..transcript.writer import TranscriptWriter
+from .events import (
+    CompactionFinished,
+    CompactionStarted,
+    DeltaReceived,
+    LoopCancelled,
+    LoopEvent,
+    LoopHalted,
+    RequestFailed,
+    RequestInterrupted,
+    RequestRetried,
+    RequestSent,
+    ResponseRecorded,
+    ToolFinished,
+    ToolStarted,
+)
 
 __all__ = ["TranscriptObserver"]
 
@@ -38,10 +53,31 @@ class TranscriptObserver:
         self._open: dict[str, tuple[int, str]] = {}  # tool call id -> request offset, tool
         self._current: int | None = None  # the request whose text is streaming
 
-    async def on_event(self, name: str, **data: Any) -> None:
-        handler = getattr(self, "_" + name.replace("-", "_"), None)
-        if handler is not None:
-            await handler(**data)
+    async def on_event(self, event: LoopEvent) -> None:
+        match event:
+            case RequestSent():
+                await self._request(event)
+            case DeltaReceived():
+                await self._delta(event)
+            case ResponseRecorded():
+                await self._response(event)
+            case ToolStarted():
+                await self._tool_start(event)
+            case ToolFinished():
+                await self._tool_end(event)
+            case RequestInterrupted():
+                await self._close(event.offset, "interrupted", "interrupted")
+            case RequestFailed():
+                error = event.error
+                await self._close(event.offset, "error", f"{type(error).__name__}: {error}")
+            case LoopCancelled():
+                await self._cancelled()
+            case CompactionFinished():
+                await self._compaction(event)
+            case RequestRetried() | CompactionStarted() | LoopHalted():
+                pass  # no row: a retry re-sends (its request event opens the rows)
+            case _:
+                assert_never(event)
 
     def _ids(self, offset: int) -> tuple[str, str, str]:
         return f"request-{offset}", f"step-{offset}", f"text-{offset}"
@@ -50,23 +86,24 @@ class TranscriptObserver:
         # Per request: a provider may reuse a call id once compaction removed the first.
         return f"tool-{offset}-{call_id}"
 
-    async def _request(self, offset: int, **_: Any) -> None:
-        message, step, text = self._ids(offset)
+    async def _request(self, event: RequestSent) -> None:
+        message, step, text = self._ids(event.offset)
         now = self.clock()
-        self._current = offset
+        self._current = event.offset
         w, s = self.writer, self.session
         await w.publish(MessageStarted(session=s, message_id=message, role="assistant", time=now))
         await w.publish(StepStarted(session=s, message_id=message, part_id=step, time=now))
         await w.publish(TextStart(session=s, message_id=message, part_id=text, time=now))
 
-    async def _delta(self, offset: int, kind: str, text: str, **_: Any) -> None:
-        if kind == "text":
-            message, _step, part = self._ids(offset)
+    async def _delta(self, event: DeltaReceived) -> None:
+        if event.channel == "text":
+            message, _step, part = self._ids(event.offset)
             await self.writer.publish(
-                TextDelta(session=self.session, message_id=message, part_id=part, delta=text)
+                TextDelta(session=self.session, message_id=message, part_id=part, delta=event.text)
             )
 
-    async def _response(self, offset: int, output: Any, **_: Any) -> None:
+    async def _response(self, event: ResponseRecorded) -> None:
+        offset, output = event.offset, event.output
         message, step, text = self._ids(offset)
         now, s, w = self.clock(), self.session, self.writer
         self._current = None
@@ -108,7 +145,8 @@ class TranscriptObserver:
                 )
             )
 
-    async def _tool_start(self, call: Any, **_: Any) -> None:
+    async def _tool_start(self, event: ToolStarted) -> None:
+        call = event.call
         offset, _tool = self._open.get(call.id, (None, None))
         if offset is not None:
             await self.writer.publish(
@@ -123,7 +161,8 @@ class TranscriptObserver:
                 )
             )
 
-    async def _tool_end(self, call: Any, outcome: Any, **_: Any) -> None:
+    async def _tool_end(self, event: ToolFinished) -> None:
+        call, outcome = event.call, event.outcome
         offset, _tool = self._open.pop(call.id, (None, None))
         if offset is None:
             return
@@ -149,12 +188,6 @@ class TranscriptObserver:
                 )
             )
 
-    async def _interrupted(self, offset: int, **_: Any) -> None:
-        await self._close(offset, "interrupted", "interrupted")
-
-    async def _error(self, offset: int, error: BaseException, **_: Any) -> None:
-        await self._close(offset, "error", f"{type(error).__name__}: {error}")
-
     async def _close(self, offset: int, finish: str, error: str) -> None:
         """End the rows request @offset opened: the text with what its deltas confirmed (a
         text-end without text: the writer joins its buffer), the step, then the message."""
@@ -171,7 +204,7 @@ class TranscriptObserver:
             MessageFinished(session=s, message_id=message, time=now, finish=finish, error=error)
         )
 
-    async def _cancelled(self, **_: Any) -> None:
+    async def _cancelled(self) -> None:
         """The agent was cancelled (a shutdown), maybe between a response and its tool calls
         or during one: the tool calls still open fail "interrupted", and so do their messages
         (the results a restarted agent records later do not reopen them)."""
@@ -201,7 +234,8 @@ class TranscriptObserver:
                 )
             )
 
-    async def _compaction(self, offset: int, summary: str, **_: Any) -> None:
+    async def _compaction(self, event: CompactionFinished) -> None:
+        offset, summary = event.offset, event.summary
         # Seed 001's boundary: a user message carrying the compaction part, answered by an
         # assistant summary message whose parent it is.
         asked, answer = f"compaction-{offset}", f"summary-{offset}"

@@ -40,6 +40,14 @@ from ..render.neutral import (
 )
 from ..render.prefix import PrefixInstance
 from .compacting import CompactionSteps
+from .events import (
+    DeltaReceived,
+    RequestFailed,
+    RequestInterrupted,
+    RequestRetried,
+    RequestSent,
+    ResponseRecorded,
+)
 from .models import ModelError, ModelOutput
 from .report import RunReport
 from .scheduling import AGENT, Decision, behaviour_of
@@ -135,10 +143,10 @@ class TurnSteps(CompactionSteps):
             sealed = LlmRequestInterrupted(request_offset=offset, reason=reason)
             await self.journal.append(self.stream, sealed, actor="agent")
             report.interrupted.append(offset)
-            await self._emit("interrupted", offset=offset, by=None)
+            await self._emit(RequestInterrupted(offset=offset))
             await self._request(context, Decision("request", reason), report)
             return
-        await self._emit("retry", offset=offset)
+        await self._emit(RequestRetried(offset=offset))
         await self._send(offset, report)
 
     async def _send(self, offset: int, report: RunReport) -> None:
@@ -168,7 +176,7 @@ class TurnSteps(CompactionSteps):
             channels=(),
         )
         report.requests.append(offset)
-        await self._emit("request", offset=offset, rendered=rendered, neutral=neutral)
+        await self._emit(RequestSent(offset=offset, rendered=rendered, neutral=neutral))
         # Observers opened rows for the request (a transcript): until its outcome is recorded
         # (the journal appends included), an error or a cancel anywhere must close them.
         try:
@@ -179,11 +187,11 @@ class TurnSteps(CompactionSteps):
             # Its usage report is compacted, when over the threshold, by the loop's next step.
             await self._record_output(offset, output)
         except Exception as exc:
-            await self._emit("error", offset=offset, error=exc)
+            await self._emit(RequestFailed(offset=offset, error=exc))
             raise
         except asyncio.CancelledError:
             # The agent itself is cancelled (a shutdown): the closing runs to its end.
-            await _finish(self._emit("interrupted", offset=offset, by=None))
+            await _finish(self._emit(RequestInterrupted(offset=offset)))
             raise
 
     async def _complete_interruptible(
@@ -193,7 +201,7 @@ class TurnSteps(CompactionSteps):
         request is then recorded as interrupted)."""
 
         async def on_delta(kind: str, text: str) -> None:
-            await self._emit("delta", offset=offset, kind=kind, text=text)
+            await self._emit(DeltaReceived(offset=offset, channel=kind, text=text))
 
         self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
@@ -220,7 +228,7 @@ class TurnSteps(CompactionSteps):
             LlmRequestInterrupted(request_offset=offset, reason=f"interrupted by @{interrupter}"),
             actor="agent",
         )
-        await self._emit("interrupted", offset=offset, by=interrupter)
+        await self._emit(RequestInterrupted(offset=offset, by=interrupter))
         return None
 
     async def _watch_interrupts(self, offset: int) -> int:
@@ -284,9 +292,8 @@ class TurnSteps(CompactionSteps):
         item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
         await self.journal.append(self.stream, [response, item], actor="agent")
         recorded = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls)
-        await self._emit(
-            "response", offset=offset, output=replace(output, text=text, tool_calls=recorded)
-        )
+        recorded_output = replace(output, text=text, tool_calls=recorded)
+        await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:
