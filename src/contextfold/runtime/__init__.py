@@ -18,6 +18,7 @@ from .events import (
     ToolFinished,
     ToolStarted,
 )
+from .instance import RunReport, Status
 from .local import LocalModel
 from .loop import Agent, system_prompt
 from .models import (
@@ -30,7 +31,6 @@ from .models import (
     OpenAIResponsesModel,
     Usage,
 )
-from .report import RunReport, Status
 from .scheduling import AgentHalted, Decision, Scheduler, SchedulerState, TurnBudgets, decide
 from .tool_runs import NOT_RERUN, InterruptedToolPolicy
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import logging
 
-from .._aio import CancelWatch
 from ..context.compaction import build_summary_request, pick_compaction, summary_item
 from ..context.events import TokenUsage
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_state
 from ..context.state import AgentContextState
-from ..journal import Journal
 from ..render.neutral import render_request
-from .events import AgentObserver, CompactionFinished, CompactionStarted, LoopEvent
-from .models import ModelClient
-from .report import RunReport, Status
+from .events import CompactionFinished, CompactionStarted
+from .instance import AgentInstance, RunReport
 from .scheduling import SchedulerState
 
 __all__ = ["CompactionSteps"]
@@ -24,28 +21,8 @@ __all__ = ["CompactionSteps"]
 log = logging.getLogger("contextfold.runtime")
 
 
-class CompactionSteps:
+class CompactionSteps(AgentInstance):
     """The agent's compaction steps (a base of :class:`~contextfold.runtime.loop.Agent`)."""
-
-    journal: Journal
-    stream: str
-    model: ModelClient
-    compaction_threshold: float
-    observer: AgentObserver | None
-    status: Status
-    _not_compactable: set[int]
-    _cancel: CancelWatch
-
-    # -- observation --------------------------------------------------------------------------
-
-    async def _emit(self, event: LoopEvent) -> None:
-        if self.observer is not None:
-            await self.observer.on_event(event)
-
-    def _set_status(self, status: Status) -> None:
-        self.status = status
-
-    # -- compaction ---------------------------------------------------------------------------
 
     async def _catch_up_compaction(
         self, context: AgentContextState, sched: SchedulerState, report: RunReport

@@ -24,8 +24,8 @@ from ..errors import InvalidInputError
 from ..journal import Journal
 from ..render.prefix import SessionPrefix
 from .events import AgentObserver, LoopCancelled, LoopHalted
+from .instance import RunReport, Status
 from .models import ModelClient, ModelError
-from .report import RunReport, Status
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
 from .tool_runs import InterruptedToolPolicy, run_calls
 from .tools import Toolbox
@@ -95,8 +95,8 @@ class Agent(TurnSteps):
         self.observer = observer
         self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
         self.status: Status = "idle"
-        self._not_compactable: set[int] = set()  # requests recorded for another transport
-        self._cancel = CancelWatch()  # renewed by each run
+        self._not_compactable: set[int] = set()
+        self._cancel = CancelWatch()
 
     # -- the loop -----------------------------------------------------------------------------
 

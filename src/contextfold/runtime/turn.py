@@ -38,7 +38,6 @@ from ..render.neutral import (
     ToolCall,
     render_request,
 )
-from ..render.prefix import PrefixInstance
 from .compacting import CompactionSteps
 from .events import (
     DeltaReceived,
@@ -48,10 +47,9 @@ from .events import (
     RequestSent,
     ResponseRecorded,
 )
+from .instance import RunReport
 from .models import ModelError, ModelOutput
-from .report import RunReport
 from .scheduling import AGENT, Decision, behaviour_of
-from .tools import Toolbox
 
 __all__ = ["TurnSteps"]
 
@@ -64,14 +62,6 @@ _INTERRUPT_POLL = 0.25
 
 class TurnSteps(CompactionSteps):
     """The agent's steps of one turn (a base of :class:`~contextfold.runtime.loop.Agent`)."""
-
-    toolbox: Toolbox
-    prefix: PrefixInstance
-    max_tokens: int
-    temperature: float | None
-    stream_responses: bool
-
-    # -- one request --------------------------------------------------------------------------
 
     async def _header(self, context: AgentContextState) -> RequestHeader:
         prefix = await self.prefix.get()

@@ -1,0 +1,58 @@
+"""What an agent instance holds in memory besides the journal: its settings, its status
+and its observer; and what one run of its loop reports."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .._aio import CancelWatch
+from ..journal import Journal
+from ..render.prefix import PrefixInstance
+from .events import AgentObserver, LoopEvent
+from .models import ModelClient
+from .tools import Toolbox
+
+__all__ = ["AgentInstance", "RunReport", "Status"]
+
+Status = Literal["idle", "queued", "busy", "stopped"]
+
+
+@dataclass(slots=True)
+class RunReport:
+    """What one ``run_until_idle`` did."""
+
+    requests: list[int] = field(default_factory=list)
+    interrupted: list[int] = field(default_factory=list)
+    tool_calls: int = 0
+    not_rerun: list[str] = field(default_factory=list)
+    """Ids of calls that may already have run and were answered with an error, not run."""
+    compactions: list[int] = field(default_factory=list)
+    status: Status = "idle"
+    reason: str = ""
+
+
+class AgentInstance:
+    """The state the loop's steps share (the base of :class:`~contextfold.runtime.loop.Agent`,
+    which sets it): the steps of one turn and of compaction read it, and tell the observer."""
+
+    journal: Journal
+    stream: str
+    model: ModelClient
+    toolbox: Toolbox
+    prefix: PrefixInstance
+    max_tokens: int
+    temperature: float | None
+    stream_responses: bool
+    compaction_threshold: float
+    observer: AgentObserver | None
+    status: Status
+    _not_compactable: set[int]  # requests recorded for another transport
+    _cancel: CancelWatch  # renewed by each run
+
+    async def _emit(self, event: LoopEvent) -> None:
+        if self.observer is not None:
+            await self.observer.on_event(event)
+
+    def _set_status(self, status: Status) -> None:
+        self.status = status
