@@ -15,7 +15,6 @@ from contextfold.context import (
     CompactionMeta,
     LlmResponse,
     RequestHeader,
-    TokenUsage,
     build_request,
     build_summary_request,
     context_window,
@@ -24,7 +23,7 @@ from contextfold.context import (
     summary_item,
 )
 from contextfold.errors import InvalidInputError
-from contextfold.render.neutral import TRANSPORTS, render_body
+from contextfold.wire import TRANSPORTS, Usage, render_body
 
 
 @pytest.mark.parametrize(
@@ -65,7 +64,7 @@ def test_needs_compaction_at_the_threshold() -> None:
 
 
 def _response(request_offset: int, tokens: int | None, model: str = "gpt-4o") -> LlmResponse:
-    usage = TokenUsage(input_tokens=tokens) if tokens is not None else None
+    usage = Usage(input_tokens=tokens) if tokens is not None else None
     return LlmResponse(request_offset=request_offset, model=model, usage=usage)
 
 
@@ -121,7 +120,7 @@ def test_summary_instruction_is_user_without_a_native_developer_role() -> None:
 
 def test_compaction_prepends_the_summary_and_keeps_what_came_after_the_cutoff() -> None:
     log, r = _compactable()
-    usage = TokenUsage(input_tokens=900, output_tokens=80)
+    usage = Usage(input_tokens=900, output_tokens=80)
     summary_at = log.append(summary_item("Summary of @3..@10.", cutoff=r, usage=usage))  # 14
     state = log.state()
     assert state.compacted_through == r
@@ -151,7 +150,7 @@ def test_compaction_prepends_the_summary_and_keeps_what_came_after_the_cutoff() 
 
 def test_summary_is_user_on_every_transport_and_metadata_stays_hidden() -> None:
     log, r = _compactable()
-    log.append(summary_item("gist", cutoff=r, usage=TokenUsage(input_tokens=5)))
+    log.append(summary_item("gist", cutoff=r, usage=Usage(input_tokens=5)))
     for native in (True, False):
         log.request(RequestHeader(transport="openai-chat", model="m", developer_role=native))
         messages = build_request(log.state()).messages

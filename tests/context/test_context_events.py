@@ -17,16 +17,14 @@ from contextfold.context import (
     LlmRequestPolicy,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     PrefixMessage,
     Ref,
     RequestHeader,
-    TokenUsage,
     ToolCallResult,
-    ToolDefinition,
     tool_result_item,
 )
 from contextfold.events import event_class
+from contextfold.wire import ToolCall, ToolDefinition, Usage
 
 
 def test_type_names_are_stable() -> None:
@@ -85,7 +83,7 @@ def test_tool_parameters_are_stored_as_canonical_json() -> None:
 @pytest.mark.parametrize(
     "fields",
     [
-        {"role": "user", "tool_calls": (ModelToolCall(id="c", name="n"),)},
+        {"role": "user", "tool_calls": (ToolCall(id="c", name="n"),)},
         {"role": "developer", "llm_request_offset": 3},
         {"role": "system", "tool_call_id": "c"},
         {"role": "assistant", "tool_call_id": "c"},
@@ -135,13 +133,13 @@ def test_tool_result_item_is_developer_history_from_a_tool_actor() -> None:
 
 
 def test_usage_and_compaction_meta() -> None:
-    usage = TokenUsage(input_tokens=10, output_tokens=2, cached_input_tokens=8)
+    usage = Usage(input_tokens=10, output_tokens=2, cached_input_tokens=8)
     meta = CompactionMeta(replaces_history_through=5, usage=usage)
     assert CompactionMeta.model_validate_json(meta.model_dump_json()) == meta
     with pytest.raises(ValidationError):
         CompactionMeta(replaces_history_through=0)
     with pytest.raises(ValidationError):
-        TokenUsage(input_tokens=-1)
+        Usage(input_tokens=-1)
 
 
 def test_an_empty_session_prefix_adds_no_header_field() -> None:

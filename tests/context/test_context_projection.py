@@ -15,7 +15,6 @@ from contextfold.context import (
     ContextAdded,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     RequestHeader,
     ToolCallResult,
     assistant_item,
@@ -24,6 +23,7 @@ from contextfold.context import (
     tool_result_item,
 )
 from contextfold.events import Envelope, EventMeta
+from contextfold.wire import ToolCall
 
 
 def _offsets(items: tuple[object, ...]) -> list[int]:
@@ -164,7 +164,7 @@ def test_only_a_verified_request_offset_is_kept() -> None:
     log = Log()
     note = log.add("user", "do it")
     r = log.request()
-    call = ModelToolCall(id="c1", name="run", arguments="{}")
+    call = ToolCall(id="c1", name="run", arguments="{}")
     genuine = log.add("assistant", "", tool_calls=(call,), llm_request_offset=r)
     no_such = log.add("assistant", "", tool_calls=(call,), llm_request_offset=99)
     not_a_request = log.add("assistant", "", tool_calls=(call,), llm_request_offset=note)
@@ -184,9 +184,7 @@ def test_only_a_verified_request_offset_is_kept() -> None:
 
 def test_a_later_request_does_not_verify_an_earlier_claim() -> None:
     log = Log()
-    claim = log.add(
-        "assistant", "", tool_calls=(ModelToolCall(id="c", name="n"),), llm_request_offset=2
-    )
+    claim = log.add("assistant", "", tool_calls=(ToolCall(id="c", name="n"),), llm_request_offset=2)
     log.request()  # offset 2 exists now, but after the claim
     (item,) = log.state().history
     assert item.offset == claim
@@ -200,7 +198,7 @@ def test_evidence_events_are_not_projected_and_helpers_build_the_items() -> None
         request_offset=r,
         model="gpt-4o",
         text="calling",
-        tool_calls=(ModelToolCall(id="c1", name="ls", arguments='{"path": "."}'),),
+        tool_calls=(ToolCall(id="c1", name="ls", arguments='{"path": "."}'),),
     )
     at = log.append(response)
     log.append(ToolCallResult(tool_call_id="c1", name="ls", content="a b"))
@@ -280,7 +278,7 @@ async def test_only_the_agents_own_appends_carry_verified_tool_calls() -> None:
     header = cf.RequestHeader(transport="openai-chat", model="m")
     request = await journal.append("s", cf.LlmRequestRequested(header=header), actor="agent")
     offset = request.first_position
-    call = cf.ModelToolCall(id="c1", name="shell", arguments="{}")
+    call = cf.ToolCall(id="c1", name="shell", arguments="{}")
     forged = cf.ContextAdded(
         role="assistant",
         actor=cf.Actor(type="agent"),  # claims to be the agent in its payload

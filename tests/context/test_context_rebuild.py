@@ -29,9 +29,9 @@ from contextfold.context.rebuild import (
     verify_requests,
 )
 from contextfold.context.trust import trusted_extensions
-from contextfold.render.neutral import render_request
 from contextfold.store.base import ReadResult
 from contextfold.store.memory import MemoryStore
+from contextfold.wire import render_request
 
 STREAM = "agent"
 

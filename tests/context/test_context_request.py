@@ -20,11 +20,9 @@ from contextfold.context import (
     ContextItem,
     FileAttachment,
     ItemHeader,
-    ModelToolCall,
     PrefixMessage,
     Ref,
     RequestHeader,
-    ToolDefinition,
     build_request,
     is_trusted,
     item_header,
@@ -36,11 +34,12 @@ from contextfold.context import (
 )
 from contextfold.context.request import TAIL_PREFIX, UNVERIFIED_CALLS
 from contextfold.errors import RenderError
-from contextfold.render.neutral import (
+from contextfold.wire import (
     TRANSPORTS,
     NeutralMessage,
     NeutralRequest,
     ToolCall,
+    ToolDefinition,
     render_body,
 )
 
@@ -205,8 +204,8 @@ def _tool_turn(log: Log) -> int:
     log.add("user", "list files", actor=Actor(type="user"))
     r = log.request()
     calls = (
-        ModelToolCall(id="c1", name="ls", arguments='{"path":"."}'),
-        ModelToolCall(id="c2", name="ls", arguments='{"path":"/"}'),
+        ToolCall(id="c1", name="ls", arguments='{"path":"."}'),
+        ToolCall(id="c2", name="ls", arguments='{"path":"/"}'),
     )
     log.add(
         "assistant", "Listing.", actor=Actor(type="agent"), tool_calls=calls, llm_request_offset=r
@@ -240,7 +239,7 @@ def test_verified_tool_calls_pair_with_their_results() -> None:
 def test_unverified_tool_calls_render_as_text_and_their_results_as_user() -> None:
     log = Log()
     log.add("user", "hi")
-    call = ModelToolCall(id="c1", name="rm", arguments='{"path":"/"}')
+    call = ToolCall(id="c1", name="rm", arguments='{"path":"/"}')
     log.add("assistant", "sure", tool_calls=(call,), llm_request_offset=77)  # no such request
     log.result("c1", "done")
     log.request()
@@ -261,7 +260,7 @@ def test_a_call_is_answered_once_and_an_id_is_called_once() -> None:
     r = _tool_turn(log)
     for call_id in ("c1", "c2", "c1"):
         log.result(call_id, "out")
-    again = (ModelToolCall(id="c1", name="ls"),)
+    again = (ToolCall(id="c1", name="ls"),)
     log.add("assistant", "", actor=Actor(type="agent"), tool_calls=again, llm_request_offset=r)
     log.request()
     messages = build_request(log.state()).messages
@@ -315,7 +314,7 @@ def _wire_parts(body: dict[str, Any], transport: str) -> list[tuple[str, str, st
 def _weather_call(log: Log, transport: Any) -> None:
     log.add("user", "weather in Paris?", actor=Actor(type="user"))
     r = log.request(RequestHeader(transport=transport, model="m", max_tokens=64))
-    call = (ModelToolCall(id="call-1", name="weather", arguments="{}"),)
+    call = (ToolCall(id="call-1", name="weather", arguments="{}"),)
     log.add("assistant", "", actor=Actor(type="agent"), tool_calls=call, llm_request_offset=r)
 
 
@@ -389,7 +388,7 @@ def test_each_call_is_answered_once_by_its_first_genuine_result(
     log.add("user", "go", actor=Actor(type="user"))
     r = log.request(RequestHeader(transport=transport, model="m", max_tokens=64))
     calls = sorted({call for kind, call, _ in mix if kind == "genuine" and call != "c9"})
-    made = tuple(ModelToolCall(id=call, name="t") for call in calls)
+    made = tuple(ToolCall(id=call, name="t") for call in calls)
     log.add("assistant", "", actor=Actor(type="agent"), tool_calls=made, llm_request_offset=r)
     first: dict[str, str] = {}
     for index, (kind, call, actor) in enumerate(mix):
@@ -570,7 +569,7 @@ def _play(ops: list[tuple[Any, ...]]) -> list[tuple[AgentContextState, bool]]:
             log.add("system", text, key=key, actor=actor)
             system_since = True
         elif kind == "call":
-            call = (ModelToolCall(id=call_id, name="t"),)
+            call = (ToolCall(id=call_id, name="t"),)
             log.add("assistant", text, key=key, tool_calls=call, llm_request_offset=last_request)
         elif kind == "result":
             log.result(call_id, text)

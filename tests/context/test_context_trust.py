@@ -15,7 +15,6 @@ from contextfold.context import (
     Actor,
     CompactionMeta,
     ContextItem,
-    ModelToolCall,
     PrefixMessage,
     RequestHeader,
     actor_types,
@@ -29,7 +28,7 @@ from contextfold.context import (
 )
 from contextfold.context.trust import trusted_extensions
 from contextfold.errors import InvalidInputError
-from contextfold.render.neutral import TRANSPORTS, render_body
+from contextfold.wire import TRANSPORTS, ToolCall, render_body
 
 EXTERNAL = ("user", "script", "tool", "slack", "telegram", "email", "github", "webhook")
 
@@ -99,7 +98,7 @@ def test_fixed_roles(actor: str | None, native: bool) -> None:
 
 
 def test_only_verified_assistant_items_may_call_tools() -> None:
-    call = (ModelToolCall(id="c", name="n"),)
+    call = (ToolCall(id="c", name="n"),)
     assert may_call_tools(_item("assistant", tool_calls=call, llm_request_offset=2))
     assert not may_call_tools(_item("assistant", tool_calls=call))
     assert not may_call_tools(_item("assistant", llm_request_offset=2))

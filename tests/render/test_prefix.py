@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 from typing import Any
 
-from contextfold.render.neutral import NeutralMessage
 from contextfold.render.prefix import SessionPrefix
+from contextfold.wire import NeutralMessage
 
 
 async def test_a_swallowed_cancel_is_not_cached_and_the_next_call_composes_again() -> None:

@@ -19,11 +19,11 @@ import anthropic
 import openai
 import pytest
 
-from contextfold.render.neutral import (
+from contextfold.wire import (
     NeutralMessage,
     NeutralRequest,
     ToolCall,
-    ToolSpec,
+    ToolDefinition,
     Transport,
     render_request,
 )
@@ -222,7 +222,9 @@ def _request(*, stream: bool) -> NeutralRequest:
             NeutralMessage(role="developer", content="@9\nCI finished."),
             NeutralMessage(role="user", content="@11\nThanks, now summarize."),
         ),
-        tools=(ToolSpec.from_schema(name="read", description="Read a file", parameters=schema),),
+        tools=(
+            ToolDefinition.from_schema(name="read", description="Read a file", parameters=schema),
+        ),
         max_tokens=512,
         temperature=0.0,
         stream=stream,

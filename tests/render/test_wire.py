@@ -16,26 +16,28 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from contextfold import wire
 from contextfold.errors import RenderError
-from contextfold.render import anthropic, neutral, openai_chat, openai_responses
+from contextfold.render import anthropic, openai_chat, openai_responses, pairing
 from contextfold.render.anthropic import DEMOTED_MARKERS, MAX_CACHE_BREAKPOINTS
-from contextfold.render.neutral import (
+from contextfold.render.pairing import order_tool_results
+from contextfold.wire import (
     TRANSPORTS,
     NeutralMessage,
     NeutralRequest,
     Role,
     ToolCall,
-    ToolSpec,
+    ToolDefinition,
     Transport,
-    order_tool_results,
     render_body,
     render_request,
 )
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 
-_READ = ToolSpec.from_schema(
+_READ = ToolDefinition.from_schema(
     name="read_file",
     description="Read a file of the workspace.",
     parameters={
@@ -44,7 +46,7 @@ _READ = ToolSpec.from_schema(
         "required": ["path"],
     },
 )
-_SEARCH = ToolSpec.from_schema(
+_SEARCH = ToolDefinition.from_schema(
     name="search",
     description="Search the workspace.",
     parameters={
@@ -164,30 +166,32 @@ def test_data_model_is_frozen_and_hashable() -> None:
         NeutralMessage("user", "positional")  # type: ignore[call-arg]
 
 
-def test_toolspec_schema_is_canonical_and_copied() -> None:
-    a = ToolSpec.from_schema(
+def test_tool_definition_schema_is_canonical_and_copied() -> None:
+    a = ToolDefinition.from_schema(
         name="t", description="d", parameters={"type": "object", "properties": {}}
     )
-    b = ToolSpec.from_schema(
+    b = ToolDefinition.from_schema(
         name="t", description="d", parameters={"properties": {}, "type": "object"}
     )
     assert a == b and hash(a) == hash(b)
-    schema = a.parameters()
+    schema = a.arguments_schema()
     schema["type"] = "mutated"
-    assert a.parameters()["type"] == "object"
+    assert a.arguments_schema()["type"] == "object"
 
 
 @pytest.mark.parametrize(
     "parameters",
     [{"type": "string"}, {"type": "object", "x": float("nan")}],
 )
-def test_toolspec_refuses_non_object_or_non_json_schemas(parameters: dict[str, Any]) -> None:
-    with pytest.raises(RenderError):
-        ToolSpec.from_schema(name="t", description="d", parameters=parameters)
+def test_tool_definition_refuses_non_object_or_non_json_schemas(
+    parameters: dict[str, Any],
+) -> None:
+    with pytest.raises(ValidationError, match="tool 't' parameters"):
+        ToolDefinition.from_schema(name="t", description="d", parameters=parameters)
 
 
-def test_toolspec_without_type_is_sent_as_an_object_schema() -> None:
-    bare = ToolSpec(name="now", description="The time.", parameters_json=b"{}")
+def test_tool_definition_without_type_is_sent_as_an_object_schema() -> None:
+    bare = ToolDefinition(name="now", description="The time.")
     request = _snapshot_request(tools=(bare,))
     chat = render_request(request, "openai-chat").json()["tools"][0]["function"]
     assert chat["parameters"] == {"type": "object"}
@@ -200,9 +204,14 @@ def test_toolspec_without_type_is_sent_as_an_object_schema() -> None:
     }
 
 
-def test_toolspec_refuses_non_canonical_bytes() -> None:
-    with pytest.raises(RenderError, match="from_schema"):
-        ToolSpec(name="t", description="d", parameters_json=b'{"type": "object"}')
+def test_tool_definition_keeps_schema_text_canonical() -> None:
+    spaced = ToolDefinition(name="t", parameters='{ "type": "object", "properties": {} }')
+    assert spaced.parameters == '{"properties":{},"type":"object"}'
+    assert spaced == ToolDefinition.from_schema(
+        name="t", parameters={"properties": {}, "type": "object"}
+    )
+    with pytest.raises(ValidationError, match="not JSON text"):
+        ToolDefinition(name="t", parameters="{not json")
 
 
 @pytest.mark.parametrize(
@@ -245,7 +254,7 @@ def test_unknown_transport_is_refused() -> None:
         render_body(_snapshot_request(), "gemini")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("module", [neutral, openai_chat, openai_responses, anthropic])
+@pytest.mark.parametrize("module", [wire, pairing, openai_chat, openai_responses, anthropic])
 def test_all_is_sorted_and_complete(module: Any) -> None:
     names = module.__all__
     # isort style (ruff RUF022): CONSTANTS, then Classes, then functions, each sorted.
@@ -483,7 +492,7 @@ def test_anthropic_tool_use_and_result_blocks() -> None:
         "tool_use_id": "call_1",
         "content": "@8\ndef fold(): ...",
     }
-    assert body["tools"][0]["input_schema"] == _READ.parameters()
+    assert body["tools"][0]["input_schema"] == _READ.arguments_schema()
     assert "temperature" not in body
     assert body["max_tokens"] == 1024
 

@@ -40,6 +40,7 @@ from .request import (
     item_headers,
     parse_item_header,
     prefix_snapshot,
+    render,
     render_item,
 )
 from .state import SYSTEM_PROMPT_KEY, AgentContextState, ContextItem
@@ -98,6 +99,7 @@ __all__ = [
     "reduce_context_added",
     "reduce_request",
     "register_actor_type",
+    "render",
     "render_item",
     "summary_item",
     "tool_result_item",

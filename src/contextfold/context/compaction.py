@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from ..errors import InvalidInputError
-from ..render.neutral import NeutralMessage, NeutralRequest, Role
-from .events import CompactionMeta, ContextAdded, LlmResponse, TokenUsage
+from ..wire import NeutralMessage, NeutralRequest, Role, Usage
+from .events import CompactionMeta, ContextAdded, LlmResponse
 from .request import build_request
 from .state import AgentContextState, ContextItem
 
@@ -134,7 +134,7 @@ def build_summary_request(
     )
 
 
-def summary_item(summary: str, *, cutoff: int, usage: TokenUsage | None = None) -> ContextAdded:
+def summary_item(summary: str, *, cutoff: int, usage: Usage | None = None) -> ContextAdded:
     """The summary event: an unkeyed developer item replacing history through ``cutoff``."""
     return ContextAdded(
         role="developer",

@@ -10,7 +10,9 @@ request.
 The evidence events are not projected: the runtime appends the model-visible part as a
 ``ContextAdded`` in the same append (see :func:`assistant_item` and :func:`tool_result_item`).
 
-All models are frozen; sequences are tuples. Field names are the journal schema.
+All models are frozen; sequences are tuples. Field names are the journal schema. Tool
+calls, tool definitions and usage are the wire model's own types (`contextfold.wire`),
+stored as they are.
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from pydantic import (
     model_validator,
 )
 
-from ..canonical import canonical_json, check_json_value, loads
 from ..events import Envelope, Event
+from ..wire import ItemRole, ToolCall, ToolDefinition, Transport, Usage
 
 __all__ = [
     "BUILTIN_ACTOR_TYPES",
@@ -47,21 +49,17 @@ __all__ = [
     "PrefixMessage",
     "Ref",
     "RequestHeader",
-    "Role",
     "TokenUsage",
     "ToolCallResult",
     "ToolCallStarted",
     "ToolDefinition",
-    "TransportName",
     "assistant_item",
     "tool_result_item",
 ]
 
-Role = Literal["system", "developer", "user", "assistant"]
-"""Product role of a context item (not a provider wire role; see ``trust.wire_role``)."""
-
-TransportName = Literal["openai-chat", "openai-responses", "anthropic"]
-"""The wire format a request is sent in (same names as ``render.neutral.Transport``)."""
+# Transitional names, removed once every importer uses contextfold.wire's.
+ModelToolCall = ToolCall
+TokenUsage = Usage
 
 _ACTOR_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 
@@ -148,35 +146,13 @@ class LlmRequestPolicy(_Frozen):
     behaviour: Literal["none", "after-current-request", "interrupt"] = "after-current-request"
 
 
-class TokenUsage(_Frozen):
-    """Normalized token usage of one model call."""
-
-    input_tokens: int = Field(default=0, ge=0)
-    """All prompt tokens, cache reads and writes included (Anthropic's three fields summed)."""
-    output_tokens: int = Field(default=0, ge=0)
-    cached_input_tokens: int | None = Field(default=None, ge=0)
-    """Of ``input_tokens``, those read from the provider's prompt cache, when reported."""
-    cache_write_tokens: int | None = Field(default=None, ge=0)
-    """Of ``input_tokens``, those written to the prompt cache, when reported."""
-    reasoning_tokens: int | None = Field(default=None, ge=0)
-
-
 class CompactionMeta(_Frozen):
     """Marks a developer item as a compaction summary. Never rendered to the model."""
 
     replaces_history_through: int = Field(ge=1)
     """Offset of the summarized request: history at or below it is replaced."""
-    usage: TokenUsage | None = None
+    usage: Usage | None = None
     """The summarizer call's usage, when the provider reported it."""
-
-
-class ModelToolCall(_Frozen):
-    """One function call the model asked for."""
-
-    id: str = Field(min_length=1)
-    name: str = Field(min_length=1)
-    arguments: str = ""
-    """The arguments exactly as the model produced them (JSON object text)."""
 
 
 class ContextAdded(Event, type="contextfold.agent/context-added"):
@@ -189,7 +165,7 @@ class ContextAdded(Event, type="contextfold.agent/context-added"):
     Invalid combinations raise a ValidationError naming the field.
     """
 
-    role: Role
+    role: ItemRole
     content: str = ""
     actor: Actor | None = None
     refs: tuple[Ref, ...] = ()
@@ -199,7 +175,7 @@ class ContextAdded(Event, type="contextfold.agent/context-added"):
     compaction: CompactionMeta | None = None
     llm_request_offset: int | None = Field(default=None, ge=1)
     """For assistant items: the request whose answer this is."""
-    tool_calls: tuple[ModelToolCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
@@ -219,29 +195,6 @@ class ContextAdded(Event, type="contextfold.agent/context-added"):
                 "a compaction summary is an unkeyed developer item without tool_call_id"
             )
         return self
-
-
-class ToolDefinition(_Frozen):
-    """A tool offered to the model, as logged in a request header."""
-
-    name: str = Field(min_length=1)
-    description: str = ""
-    parameters: str = "{}"
-    """Canonical JSON text of the arguments' JSON schema; a mapping is accepted and encoded."""
-    strict: bool = False
-
-    @field_validator("parameters", mode="before")
-    @classmethod
-    def _encode(cls, value: Any) -> Any:
-        if isinstance(value, Mapping):
-            check_json_value(dict(value), where="tool parameters")
-            return canonical_json(dict(value)).decode()
-        if isinstance(value, str):
-            schema = loads(value)
-            if not isinstance(schema, dict):
-                raise ValueError("tool parameters must be a JSON object schema")
-            return canonical_json(schema).decode()
-        return value
 
 
 class PrefixMessage(_Frozen):
@@ -265,7 +218,7 @@ class PrefixMessage(_Frozen):
 class RequestHeader(_Frozen):
     """The non-history half of a request: everything besides the projection it renders."""
 
-    transport: TransportName
+    transport: Transport
     model: str = Field(min_length=1)
     system_prompt: str | None = None
     """Rendered as the first system message, after the protocol text."""
@@ -339,8 +292,8 @@ class LlmResponse(Event, type="contextfold.agent/llm-response", runtime_only=Tru
     request_offset: int = Field(ge=1)
     model: str
     text: str = ""
-    tool_calls: tuple[ModelToolCall, ...] = ()
-    usage: TokenUsage | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage | None = None
     stop_reason: str | None = None
 
 

@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError
 
 from ..errors import RebuildError
 from ..events import Event, StoredEvent
-from ..render.neutral import RenderedRequest, render_request
+from ..wire import RenderedRequest, render_request
 from .projection import AgentContext
 from .request import build_request
 from .state import AgentContextState

@@ -1,4 +1,5 @@
-"""Request building: the reduced projection and a header snapshot to a `NeutralRequest`.
+"""Requests from a context state: the reduced projection and a header snapshot to a
+`NeutralRequest` (:func:`build_request`), and to its exact wire body (:func:`render`).
 
 Layout of every request (pure; the same state and header give equal requests):
 
@@ -43,10 +44,10 @@ from pydantic import ValidationError
 
 from ..canonical import canonical_json
 from ..errors import RenderError
-from ..render.neutral import NeutralMessage, NeutralRequest, ToolCall, ToolSpec
+from ..wire import NeutralMessage, NeutralRequest, RenderedRequest, Role, Transport, render_request
 from .events import PrefixMessage, RequestHeader
 from .state import AgentContextState, ContextItem
-from .trust import WireRole, may_call_tools, wire_role
+from .trust import may_call_tools, wire_role
 
 __all__ = [
     "PROTOCOL",
@@ -58,6 +59,7 @@ __all__ = [
     "item_headers",
     "parse_item_header",
     "prefix_snapshot",
+    "render",
     "render_item",
 ]
 
@@ -246,7 +248,7 @@ class _Pairing:
         self.calls: set[str] = set()
         self.answered: set[str] = set()
 
-    def message(self, item: ContextItem, role: WireRole) -> NeutralMessage:
+    def message(self, item: ContextItem, role: Role) -> NeutralMessage:
         text = render_item(item)
         if role == "assistant":
             ids = [call.id for call in item.tool_calls]
@@ -256,10 +258,7 @@ class _Pairing:
                 and not self.calls.intersection(ids)
             ):
                 self.calls.update(ids)
-                calls = tuple(
-                    ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in item.tool_calls
-                )
-                return NeutralMessage(role="assistant", content=text, tool_calls=calls)
+                return NeutralMessage(role="assistant", content=text, tool_calls=item.tool_calls)
             if item.tool_calls:
                 text += _tool_calls_text(item)
             return NeutralMessage(role="assistant", content=text)
@@ -367,16 +366,25 @@ def build_request(
         model=header.model,
         system=PROTOCOL,
         messages=tuple(messages),
-        tools=tuple(
-            ToolSpec(
-                name=tool.name,
-                description=tool.description,
-                parameters_json=tool.parameters.encode(),
-                strict=tool.strict,
-            )
-            for tool in header.tools
-        ),
+        tools=header.tools,
         max_tokens=header.max_tokens,
         temperature=header.temperature,
         stream=header.stream,
     )
+
+
+def render(
+    state: AgentContextState,
+    *,
+    transport: Transport | None = None,
+    header: RequestHeader | None = None,
+) -> RenderedRequest:
+    """The exact wire body for ``state``: :func:`build_request` with its latest header snapshot
+    (or ``header``), rendered for ``transport`` (the header's unless given). Pure: the same
+    state gives the same bytes. Raises RenderError when the state has no header."""
+    chosen = header if header is not None else state.header
+    if chosen is None:
+        raise RenderError("the state has no request header: pass header=RequestHeader(...)")
+    if transport is not None and transport != chosen.transport:
+        chosen = chosen.model_copy(update={"transport": transport})
+    return render_request(build_request(state, chosen), chosen.transport)

@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .events import (
-    Actor,
-    CompactionMeta,
-    FileAttachment,
-    ModelToolCall,
-    Ref,
-    RequestHeader,
-    Role,
-)
+from ..wire import ItemRole, ToolCall
+from .events import Actor, CompactionMeta, FileAttachment, Ref, RequestHeader
 
 __all__ = ["SYSTEM_PROMPT_KEY", "AgentContextState", "ContextItem"]
 
@@ -33,7 +26,7 @@ class ContextItem(BaseModel):
 
     offset: int = Field(ge=1)
     """Source offset: the stream position of the event that set this value (``@N``)."""
-    role: Role
+    role: ItemRole
     content: str = ""
     actor: Actor | None = None
     key: str | None = None
@@ -41,7 +34,7 @@ class ContextItem(BaseModel):
     """Offset of the published occurrence of ``key`` this item supersedes (``updates=@N``)."""
     refs: tuple[Ref, ...] = ()
     files: tuple[FileAttachment, ...] = ()
-    tool_calls: tuple[ModelToolCall, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
     llm_request_offset: int | None = None
     """The answered request's offset, only when verified: a real request of this stream
     before the item, on an item from a trusted (or no) actor. Unverified claims are dropped."""
@@ -81,7 +74,7 @@ class AgentContextState(BaseModel):
     """Position and ``tool_call_id`` of a ``ToolCallResult`` no item has followed yet: the
     ``ContextAdded`` at the next position with that id is its genuine model-visible item."""
 
-    def lane(self, role: Role) -> tuple[ContextItem, ...]:
+    def lane(self, role: ItemRole) -> tuple[ContextItem, ...]:
         """The lane an item of ``role`` belongs to."""
         return self.system if role == "system" else self.history
 

@@ -30,7 +30,7 @@ from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidInputError
-from ..render.neutral import Role as WireRole
+from ..wire import Role
 from .events import BUILTIN_ACTOR_TYPES, Actor
 
 if TYPE_CHECKING:
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BUILTIN_ACTOR_TYPES",
-    "WireRole",
     "actor_types",
     "is_external",
     "is_trusted",
@@ -119,7 +118,7 @@ def may_call_tools(item: ContextItem) -> bool:
 
 def wire_role(
     item: ContextItem, transport_has_developer: bool, trusted_types: Collection[str] = ()
-) -> WireRole:
+) -> Role:
     """The provider role of ``item`` (see the module docstring for the rules).
 
     ``trusted_types`` are the non-built-in actor types the request trusts (its header's

@@ -1,6 +1,6 @@
-"""Anthropic Messages wire body from a `NeutralRequest`.
+"""Anthropic Messages: the request body from a `NeutralRequest`, and the answer back.
 
-Role mapping (Anthropic has no developer role and only a top-level ``system``):
+Request role mapping (Anthropic has no developer role and only a top-level ``system``):
 
 - The protocol system text, then the leading run of ``system`` and ``developer``
   messages (those before any user, assistant or tool message), become the text blocks
@@ -25,23 +25,35 @@ last block, the last block of every message with ``cache_breakpoint=True`` and t
 block of the final message. The API allows at most `MAX_CACHE_BREAKPOINTS`; when more
 are marked, the latest ones are kept, which always keeps the tail and the last prefix
 marker and drops the earliest others.
+
+Answer: :func:`parse_response` reads a whole ``Message``, :class:`StreamReader` a stream
+of ``RawMessageStreamEvent``, and :func:`parse_usage` maps Anthropic's usage reports.
+Anthropic counts the prompt in three parts (uncached ``input_tokens``, cache reads and
+cache writes): the whole prompt is their sum, the reads and writes its breakdowns;
+``output_tokens`` includes the thinking tokens, reported as the reasoning part. All pure:
+the client does the I/O.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from contextfold.canonical import loads
-from contextfold.errors import RenderError
-from contextfold.render.neutral import (
-    NeutralMessage,
-    NeutralRequest,
-    ToolCall,
-    order_tool_results,
-)
+from ..canonical import loads
+from ..errors import RenderError
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from .pairing import order_tool_results
 
-__all__ = ["DEMOTED_MARKERS", "MAX_CACHE_BREAKPOINTS", "render_anthropic"]
+__all__ = [
+    "DEMOTED_MARKERS",
+    "MAX_CACHE_BREAKPOINTS",
+    "StreamReader",
+    "parse_response",
+    "parse_usage",
+    "render_anthropic",
+]
 
 MAX_CACHE_BREAKPOINTS = 4
 """Anthropic's limit on ``cache_control`` blocks per request."""
@@ -122,7 +134,7 @@ def render_anthropic(request: NeutralRequest) -> dict[str, Any]:
             {
                 "name": tool.name,
                 "description": tool.description,
-                "input_schema": tool.parameters(),
+                "input_schema": tool.arguments_schema(),
             }
             for tool in request.tools
         ]
@@ -192,3 +204,87 @@ def _emit(block: _Block) -> dict[str, Any]:
     if block.breakpoint:
         return {**block.data, "cache_control": dict(_EPHEMERAL)}
     return dict(block.data)
+
+
+_PROMPT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def parse_usage(reports: Iterable[Any]) -> Usage:
+    """The usage of one answer from its reports in order (a ``Usage``; in a stream, the
+    ``message_start`` one then ``message_delta`` ones). Later reports are cumulative: each
+    field takes the last value given."""
+    fields: dict[str, Any] = dict.fromkeys((*_PROMPT, "output_tokens", "thinking_tokens"))
+    for report in reports:
+        for name in (*_PROMPT, "output_tokens"):
+            value = getattr(report, name, None)
+            if value is not None:
+                fields[name] = value
+        thinking = getattr(getattr(report, "output_tokens_details", None), "thinking_tokens", None)
+        if thinking is not None:
+            fields["thinking_tokens"] = thinking
+    return Usage(
+        input_tokens=sum(fields[name] or 0 for name in _PROMPT),
+        output_tokens=fields["output_tokens"] or 0,
+        cached_input_tokens=fields["cache_read_input_tokens"],
+        cache_write_tokens=fields["cache_creation_input_tokens"],
+        reasoning_tokens=fields["thinking_tokens"],
+    )
+
+
+def parse_response(response: Any) -> ModelOutput:
+    """The output of a whole ``Message``: its text blocks and tool uses."""
+    text = "".join(block.text for block in response.content if block.type == "text")
+    calls = tuple(
+        # Sorted keys: the arguments text is recorded, and a dict has no wire order of its own.
+        ToolCall(id=block.id, name=block.name, arguments=json.dumps(block.input, sort_keys=True))
+        for block in response.content
+        if block.type == "tool_use"
+    )
+    return ModelOutput(
+        text=text,
+        tool_calls=calls,
+        usage=parse_usage([response.usage]),
+        finish_reason=response.stop_reason or "end_turn",
+    )
+
+
+class StreamReader:
+    """Reads a streamed answer: :meth:`feed` each event in order (it returns the text
+    fragments to show as they come), then :meth:`result`."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._reports: list[Any] = []
+        self._stop = "end_turn"
+        self.done = False  # message_stop arrived: nothing after it changes the answer
+
+    def feed(self, event: Any) -> tuple[tuple[str, str], ...]:
+        """Take one ``RawMessageStreamEvent``; returns its ``("text", fragment)`` deltas."""
+        kind = event.type
+        if kind == "message_start":
+            self._reports.append(event.message.usage)
+        elif kind == "content_block_start" and event.content_block.type == "tool_use":
+            block = event.content_block
+            self._calls[event.index] = {"id": block.id, "name": block.name, "arguments": ""}
+        elif kind == "content_block_delta":
+            if event.delta.type == "text_delta":
+                self._text.append(event.delta.text)
+                return (("text", event.delta.text),)
+            if event.delta.type == "input_json_delta" and event.index in self._calls:
+                self._calls[event.index]["arguments"] += event.delta.partial_json
+        elif kind == "message_delta":
+            self._reports.append(event.usage)
+            self._stop = event.delta.stop_reason or self._stop
+        elif kind == "message_stop":
+            self.done = True
+        return ()
+
+    def result(self) -> ModelOutput:
+        """The whole answer fed so far."""
+        return ModelOutput(
+            text="".join(self._text),
+            tool_calls=tuple(ToolCall(**self._calls[i]) for i in sorted(self._calls)),
+            usage=parse_usage(self._reports),
+            finish_reason=self._stop,
+        )

@@ -1,18 +1,26 @@
-"""OpenAI Chat Completions wire body from a `NeutralRequest`.
+"""OpenAI Chat Completions: the request body from a `NeutralRequest`, and the answer back.
 
-Roles map one to one: the protocol system text is the first ``system`` message, later
+Request: roles map one to one: the protocol system text is the first ``system`` message, later
 ``system`` and ``developer`` messages keep their native roles, ``tool`` messages carry
 ``tool_call_id`` and directly follow the assistant message that made the calls. No
 ``cache_control`` or other unknown field is sent: OpenAI caches prefixes automatically.
+
+Answer: :func:`parse_response` reads a whole ``ChatCompletion``, :class:`StreamReader` a
+stream of ``ChatCompletionChunk`` (fed one chunk at a time), and :func:`parse_usage` maps
+``CompletionUsage``: ``prompt_tokens`` is already the whole prompt, its details give the
+cache reads and writes, and ``completion_tokens`` includes the reasoning tokens. All pure:
+the client does the I/O. OpenAI-compatible servers omit fields freely, so every optional
+field is read as absent when missing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from contextfold.render.neutral import NeutralMessage, NeutralRequest, order_tool_results
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from .pairing import order_tool_results
 
-__all__ = ["render_openai_chat"]
+__all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_chat"]
 
 
 def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
@@ -29,7 +37,7 @@ def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
                 "function": {
                     "name": tool.name,
                     "description": tool.description,
-                    "parameters": tool.parameters(),
+                    "parameters": tool.arguments_schema(),
                     **({"strict": True} if tool.strict else {}),
                 },
             }
@@ -66,3 +74,77 @@ def _message(message: NeutralMessage) -> dict[str, Any]:
         ]
         return item
     return {"role": message.role, "content": message.content}
+
+
+def parse_usage(usage: Any) -> Usage:
+    """The usage of a ``CompletionUsage`` (None: not reported, all zero)."""
+    if usage is None:
+        return Usage()
+    prompt = getattr(usage, "prompt_tokens_details", None)
+    completion = getattr(usage, "completion_tokens_details", None)
+    return Usage(
+        input_tokens=getattr(usage, "prompt_tokens", None) or 0,
+        output_tokens=getattr(usage, "completion_tokens", None) or 0,
+        cached_input_tokens=getattr(prompt, "cached_tokens", None),
+        cache_write_tokens=getattr(prompt, "cache_write_tokens", None),
+        reasoning_tokens=getattr(completion, "reasoning_tokens", None),
+    )
+
+
+def parse_response(response: Any) -> ModelOutput:
+    """The output of a whole ``ChatCompletion`` (its first choice)."""
+    choice = response.choices[0]
+    calls = tuple(
+        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
+        for c in (choice.message.tool_calls or ())
+    )
+    return ModelOutput(
+        text=choice.message.content or "",
+        tool_calls=calls,
+        usage=parse_usage(getattr(response, "usage", None)),
+        finish_reason=choice.finish_reason or "stop",
+    )
+
+
+class StreamReader:
+    """Reads a streamed answer: :meth:`feed` each chunk in order (it returns the text
+    fragments to show as they come), then :meth:`result`."""
+
+    done = False
+    """Chat streams have no final event (usage comes after the finish reason): read to the end."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._calls: dict[int, dict[str, str]] = {}
+        self._usage: Any = None
+        self._finish = "stop"
+
+    def feed(self, chunk: Any) -> tuple[tuple[str, str], ...]:
+        """Take one ``ChatCompletionChunk``; returns its ``("text", fragment)`` deltas."""
+        deltas: list[tuple[str, str]] = []
+        if getattr(chunk, "usage", None) is not None:
+            self._usage = chunk.usage  # the last chunk, when include_usage asked for it
+        for choice in chunk.choices:
+            delta = choice.delta
+            if delta.content:
+                self._text.append(delta.content)
+                deltas.append(("text", delta.content))
+            for call in delta.tool_calls or ():
+                slot = self._calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
+                if call.id:
+                    slot["id"] = call.id
+                if call.function is not None:
+                    slot["name"] += call.function.name or ""
+                    slot["arguments"] += call.function.arguments or ""
+            if choice.finish_reason:
+                self._finish = choice.finish_reason
+        return tuple(deltas)
+
+    def result(self) -> ModelOutput:
+        """The whole answer fed so far. Raises ValidationError for a call without id or name."""
+        return ModelOutput(
+            text="".join(self._text),
+            tool_calls=tuple(ToolCall(**self._calls[i]) for i in sorted(self._calls)),
+            usage=parse_usage(self._usage),
+            finish_reason=self._finish,
+        )

@@ -1,11 +1,17 @@
-"""OpenAI Responses API wire body from a `NeutralRequest`.
+"""OpenAI Responses API: the request body from a `NeutralRequest`, and the answer back.
 
-The protocol system text is sent as ``instructions``; messages become ``input`` items
+Request: the protocol system text is sent as ``instructions``; messages become ``input`` items
 with their native roles (``developer`` stays developer), assistant tool calls become
 ``function_call`` items and tool messages ``function_call_output`` items directly after
 them. Function tools always carry an explicit ``strict`` because the Responses API
 defaults it to true, which would reject ordinary schemas. No ``cache_control`` or other
 unknown field is sent: OpenAI caches prefixes automatically.
+
+Answer: :func:`parse_response` reads a whole ``Response``, :class:`StreamReader` a stream
+of ``ResponseStreamEvent`` (its ``response.completed`` event carries the whole answer),
+and :func:`parse_usage` maps ``ResponseUsage``: ``input_tokens`` is already the whole
+prompt, its details give the cache reads and writes, and ``output_tokens`` includes the
+reasoning tokens. All pure: the client does the I/O.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from contextfold.render.neutral import NeutralMessage, NeutralRequest, order_tool_results
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from .pairing import order_tool_results
 
-__all__ = ["render_openai_responses"]
+__all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_responses"]
 
 
 def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
@@ -32,7 +39,7 @@ def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
                 "type": "function",
                 "name": tool.name,
                 "description": tool.description,
-                "parameters": tool.parameters(),
+                "parameters": tool.arguments_schema(),
                 "strict": tool.strict,
             }
             for tool in request.tools
@@ -65,3 +72,62 @@ def _items(message: NeutralMessage) -> Iterator[dict[str, Any]]:
             "name": call.name,
             "arguments": call.arguments,
         }
+
+
+def parse_usage(usage: Any) -> Usage:
+    """The usage of a ``ResponseUsage`` (None: not reported, all zero)."""
+    if usage is None:
+        return Usage()
+    prompt = getattr(usage, "input_tokens_details", None)
+    output = getattr(usage, "output_tokens_details", None)
+    return Usage(
+        input_tokens=getattr(usage, "input_tokens", None) or 0,
+        output_tokens=getattr(usage, "output_tokens", None) or 0,
+        cached_input_tokens=getattr(prompt, "cached_tokens", None),
+        cache_write_tokens=getattr(prompt, "cache_write_tokens", None),
+        reasoning_tokens=getattr(output, "reasoning_tokens", None),
+    )
+
+
+def parse_response(response: Any) -> ModelOutput:
+    """The output of a whole ``Response``: its output text and function calls."""
+    text: list[str] = []
+    calls: list[ToolCall] = []
+    for item in response.output:
+        if item.type == "message":
+            text.extend(
+                part.text for part in item.content if getattr(part, "type", "") == "output_text"
+            )
+        elif item.type == "function_call":
+            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or ""))
+    return ModelOutput(
+        text="".join(text),
+        tool_calls=tuple(calls),
+        usage=parse_usage(getattr(response, "usage", None)),
+        finish_reason=response.status or "completed",
+    )
+
+
+class StreamReader:
+    """Reads a streamed answer: :meth:`feed` each event in order (it returns the text
+    fragments to show as they come), then :meth:`result`."""
+
+    def __init__(self) -> None:
+        self._completed: ModelOutput | None = None
+
+    @property
+    def done(self) -> bool:
+        """True once ``response.completed`` arrived: nothing after it changes the answer."""
+        return self._completed is not None
+
+    def feed(self, event: Any) -> tuple[tuple[str, str], ...]:
+        """Take one ``ResponseStreamEvent``; returns its ``("text", fragment)`` deltas."""
+        if event.type == "response.output_text.delta":
+            return (("text", event.delta),)
+        if event.type == "response.completed":
+            self._completed = parse_response(event.response)
+        return ()
+
+    def result(self) -> ModelOutput | None:
+        """The answer ``response.completed`` carried; None when the stream had none."""
+        return self._completed

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from ..errors import RenderError
-from .neutral import NeutralMessage
+from ..wire import NeutralMessage
 
 __all__ = ["Contributor", "PrefixInstance", "SessionPrefix", "compose_prefix"]
 

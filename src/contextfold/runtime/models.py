@@ -1,9 +1,11 @@
-"""Model clients: send a rendered request, get the model's output back.
+"""Model clients: send a rendered request, get the model's output back. Only the I/O.
 
 Remote clients send the exact body bytes contextfold rendered through the official SDKs'
 low-level ``post`` (so auth, retries and streaming are theirs, and responses and streams are
 parsed into the SDKs' types): the bytes on the wire are the recorded bytes, and the recorded
-hash is theirs.
+hash is theirs. What an answer means (text, tool calls, usage) is read by the provider's own
+module in ``contextfold.render``, purely; here are the round trip and the translation of
+failures into ModelError.
 :class:`LocalModel` and :class:`FunctionModel` answer offline and deterministically, for
 the demo and for users' own tests.
 """
@@ -13,15 +15,15 @@ from __future__ import annotations
 import abc
 import importlib
 import inspect
-import json
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any, Protocol
 
 from .._aio import CancelWatch
 from ..errors import ModelError
-from ..render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
+from ..render import anthropic, openai_chat, openai_responses
+from ..wire import ModelOutput, NeutralRequest, RenderedRequest, Transport, Usage
 
 __all__ = [
     "AnthropicModel",
@@ -37,26 +39,6 @@ __all__ = [
 
 OnDelta = Callable[[str, str], Awaitable[None] | None]
 """Called with (kind, text) for each streamed fragment; kind is "text" or "reasoning"."""
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """Token usage a provider reported for one request."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_input_tokens: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ModelOutput:
-    """What the model returned: text, tool calls, usage and why it stopped."""
-
-    text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: str = "stop"
-    reasoning: str = ""
 
 
 class ModelClient(Protocol):
@@ -148,16 +130,22 @@ class FunctionModel:
                 await _emit(on_delta, "text", output.text[i : i + self.stream_chunk])
         if output.usage == Usage():
             # Deterministic usage: request bytes / 4, like the default token counter.
-            output = ModelOutput(
-                output.text,
-                output.tool_calls,
-                Usage(
-                    input_tokens=len(rendered.body) // 4, output_tokens=len(output.text) // 4 + 1
-                ),
-                output.finish_reason,
-                output.reasoning,
+            usage = Usage(
+                input_tokens=len(rendered.body) // 4, output_tokens=len(output.text) // 4 + 1
             )
+            output = replace(output, usage=usage)
         return output
+
+
+class _StreamReader(Protocol):
+    """A provider module's pure stream reader (``render.<provider>.StreamReader``)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def feed(self, event: Any) -> tuple[tuple[str, str], ...]: ...
+
+    def result(self) -> ModelOutput | None: ...
 
 
 class _SDKModel(abc.ABC):
@@ -165,7 +153,7 @@ class _SDKModel(abc.ABC):
 
     The round trip is here, once: send the rendered body bytes as they are, read a whole
     response or a stream (closed however reading ends), and turn failures into ModelError.
-    Subclasses name their endpoint and SDK types and read their own protocol.
+    Subclasses name their endpoint and SDK types; their provider module reads the answer.
     """
 
     transport: Transport
@@ -210,14 +198,28 @@ class _SDKModel(abc.ABC):
     async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
         """POST ``content`` (the rendered bytes, whose parsed value is ``body``) as it is."""
 
-    @staticmethod
     @abc.abstractmethod
-    def _parse(response: Any) -> ModelOutput:
-        """A whole (not streamed) response."""
+    def _parse(self, response: Any) -> ModelOutput:
+        """A whole (not streamed) answer: the provider module's ``parse_response``."""
 
     @abc.abstractmethod
+    def _reader(self) -> _StreamReader:
+        """A reader of a streamed answer: the provider module's ``StreamReader``."""
+
     async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
         """A streamed response, emitting its text through ``on_delta`` as it comes."""
+        reader = self._reader()
+        async for event in response:
+            for kind, text in reader.feed(event):
+                await _emit(on_delta, kind, text)
+            if reader.done:
+                break
+        output = reader.result()
+        if output is None:
+            raise ModelError(
+                f"{self.transport} stream for {self.model!r} ended before its final event"
+            )
+        return output
 
 
 def _import_sdk(module: str, vendor: str) -> Any:
@@ -270,65 +272,11 @@ class OpenAIChatModel(_SDKModel):
             chat.ChatCompletionChunk,
         )
 
-    @staticmethod
-    def _parse(response: Any) -> ModelOutput:
-        choice = response.choices[0]
-        calls = tuple(
-            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "")
-            for c in (choice.message.tool_calls or ())
-        )
-        return ModelOutput(
-            text=choice.message.content or "",
-            tool_calls=calls,
-            usage=_openai_usage(response.usage),
-            finish_reason=choice.finish_reason or "stop",
-        )
+    def _parse(self, response: Any) -> ModelOutput:
+        return openai_chat.parse_response(response)
 
-    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
-        text: list[str] = []
-        partial: dict[int, dict[str, str]] = {}
-        usage_obj = None
-        finish = "stop"
-        async for chunk in response:
-            if chunk.usage is not None:
-                usage_obj = chunk.usage
-            for choice in chunk.choices:
-                delta = choice.delta
-                if delta.content:
-                    text.append(delta.content)
-                    await _emit(on_delta, "text", delta.content)
-                for call in delta.tool_calls or ():
-                    slot = partial.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                    if call.id:
-                        slot["id"] = call.id
-                    if call.function is not None:
-                        slot["name"] += call.function.name or ""
-                        slot["arguments"] += call.function.arguments or ""
-                if choice.finish_reason:
-                    finish = choice.finish_reason
-        calls = tuple(ToolCall(**partial[i]) for i in sorted(partial))
-        return ModelOutput("".join(text), calls, _openai_usage(usage_obj), finish)
-
-
-def _openai_usage(usage: Any) -> Usage:
-    """OpenAI's prompt (input) tokens already include the cached ones."""
-    if usage is None:
-        return Usage()
-    cached = 0
-    details = getattr(usage, "prompt_tokens_details", None) or getattr(
-        usage, "input_tokens_details", None
-    )
-    if details is not None:
-        cached = getattr(details, "cached_tokens", 0) or 0
-    return Usage(
-        input_tokens=getattr(usage, "prompt_tokens", None)
-        or getattr(usage, "input_tokens", 0)
-        or 0,
-        output_tokens=getattr(usage, "completion_tokens", None)
-        or getattr(usage, "output_tokens", 0)
-        or 0,
-        cached_input_tokens=cached,
-    )
+    def _reader(self) -> _StreamReader:
+        return openai_chat.StreamReader()
 
 
 class OpenAIResponsesModel(_SDKModel):
@@ -349,52 +297,11 @@ class OpenAIResponsesModel(_SDKModel):
             responses.ResponseStreamEvent,
         )
 
-    @staticmethod
-    def _parse(response: Any) -> ModelOutput:
-        text: list[str] = []
-        calls: list[ToolCall] = []
-        for item in response.output:
-            if item.type == "message":
-                text.extend(
-                    part.text for part in item.content if getattr(part, "type", "") == "output_text"
-                )
-            elif item.type == "function_call":
-                calls.append(
-                    ToolCall(id=item.call_id, name=item.name, arguments=item.arguments or "")
-                )
-        return ModelOutput(
-            "".join(text),
-            tuple(calls),
-            _openai_usage(response.usage),
-            response.status or "completed",
-        )
+    def _parse(self, response: Any) -> ModelOutput:
+        return openai_responses.parse_response(response)
 
-    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
-        """Emits the text deltas; the ``response.completed`` event carries the whole answer."""
-        async for event in response:
-            if event.type == "response.output_text.delta":
-                await _emit(on_delta, "text", event.delta)
-            elif event.type == "response.completed":
-                return self._parse(event.response)
-        raise ModelError(
-            f"openai-responses stream for {self.model!r} ended without response.completed"
-        )
-
-
-_ANTHROPIC_PROMPT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-
-
-def _anthropic_usage(reports: Iterable[Any], output_tokens: int) -> Usage:
-    """Anthropic counts the prompt in three parts (uncached, cache reads, cache writes): its
-    size is their sum. A later report (``message_delta``) overrides an earlier one field by
-    field where it gives a value."""
-    prompt = dict.fromkeys(_ANTHROPIC_PROMPT, 0)
-    for report in reports:
-        for name in _ANTHROPIC_PROMPT:
-            value = getattr(report, name, None)
-            if value is not None:
-                prompt[name] = value
-    return Usage(sum(prompt.values()), output_tokens, prompt["cache_read_input_tokens"])
+    def _reader(self) -> _StreamReader:
+        return openai_responses.StreamReader()
 
 
 class AnthropicModel(_SDKModel):
@@ -404,68 +311,30 @@ class AnthropicModel(_SDKModel):
 
     @staticmethod
     def _default_client(base_url: str | None, api_key: str | None) -> Any:
-        anthropic = _import_sdk("anthropic", "Anthropic")
-        return anthropic.AsyncAnthropic(base_url=base_url, api_key=api_key)
+        sdk = _import_sdk("anthropic", "Anthropic")
+        return sdk.AsyncAnthropic(base_url=base_url, api_key=api_key)
 
     async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
-        anthropic = _import_sdk("anthropic", "Anthropic")
+        sdk = _import_sdk("anthropic", "Anthropic")
         options: dict[str, Any] = {"headers": _JSON_HEADERS}
-        if not stream and self.client.timeout == anthropic.DEFAULT_TIMEOUT:
+        if not stream and self.client.timeout == sdk.DEFAULT_TIMEOUT:
             # As messages.create: a whole answer's timeout scales with max_tokens, and one
             # that may take over 10 minutes must be streamed.
             options["timeout"] = self.client._calculate_nonstreaming_timeout(
                 body["max_tokens"],
-                anthropic._constants.MODEL_NONSTREAMING_TOKENS.get(body["model"]),
+                sdk._constants.MODEL_NONSTREAMING_TOKENS.get(body["model"]),
             )
         return await self.client.post(
             "/v1/messages",
-            cast_to=anthropic.types.Message,
+            cast_to=sdk.types.Message,
             content=content,
             options=options,
             stream=stream,
-            stream_cls=anthropic.AsyncStream[anthropic.types.RawMessageStreamEvent],
+            stream_cls=sdk.AsyncStream[sdk.types.RawMessageStreamEvent],
         )
 
-    @staticmethod
-    def _parse(response: Any) -> ModelOutput:
-        text = "".join(b.text for b in response.content if b.type == "text")
-        calls = tuple(
-            ToolCall(id=b.id, name=b.name, arguments=json.dumps(b.input, sort_keys=True))
-            for b in response.content
-            if b.type == "tool_use"
-        )
-        u = response.usage
-        return ModelOutput(
-            text, calls, _anthropic_usage([u], u.output_tokens), response.stop_reason or "end_turn"
-        )
+    def _parse(self, response: Any) -> ModelOutput:
+        return anthropic.parse_response(response)
 
-    async def _read_stream(self, response: Any, on_delta: OnDelta | None) -> ModelOutput:
-        text_parts: list[str] = []
-        blocks: dict[int, dict[str, str]] = {}
-        reports: list[Any] = []
-        output_tokens = 0
-        stop = "end_turn"
-        async for event in response:
-            kind = event.type
-            if kind == "message_start":
-                reports.append(event.message.usage)
-            elif kind == "content_block_start" and event.content_block.type == "tool_use":
-                blocks[event.index] = {
-                    "id": event.content_block.id,
-                    "name": event.content_block.name,
-                    "arguments": "",
-                }
-            elif kind == "content_block_delta":
-                if event.delta.type == "text_delta":
-                    text_parts.append(event.delta.text)
-                    await _emit(on_delta, "text", event.delta.text)
-                elif event.delta.type == "input_json_delta" and event.index in blocks:
-                    blocks[event.index]["arguments"] += event.delta.partial_json
-            elif kind == "message_delta":
-                reports.append(event.usage)
-                output_tokens = event.usage.output_tokens
-                stop = event.delta.stop_reason or stop
-        calls = tuple(ToolCall(**blocks[i]) for i in sorted(blocks))
-        return ModelOutput(
-            "".join(text_parts), calls, _anthropic_usage(reports, output_tokens), stop
-        )
+    def _reader(self) -> _StreamReader:
+        return anthropic.StreamReader()

@@ -1,0 +1,336 @@
+"""The provider-neutral wire model: one type per concept, from a provider's bytes to the journal.
+
+A :class:`NeutralRequest` is what the agent context model hands to rendering: the one
+stable protocol system text, then the messages in projection order (session prefix first,
+then history), the tools and the sampling settings. :func:`render_request` turns it into
+the exact body bytes for one transport, through the renderer registered for it
+(``contextfold.render`` registers the built-in ones on import). Rendering is pure (no clock,
+environment, random source or id) and bodies are compact JSON in a fixed key order per
+transport, so equal requests always give equal bytes.
+
+A model's answer is a :class:`ModelOutput`. :class:`ToolCall`, :class:`ToolDefinition` and
+:class:`Usage` are the one type each for a tool call, a tool definition and token usage:
+frozen pydantic models that journal events store as they are (their field names are the
+journal schema), that providers' answers are parsed into, and that the transcript reads.
+
+Token usage has one meaning for every provider: ``input_tokens`` is the whole prompt,
+uncached, read from the cache and written to it; ``cached_input_tokens`` and
+``cache_write_tokens`` are the parts of it read from and written to the provider's prompt
+cache; ``output_tokens`` is every generated token, reasoning included, and
+``reasoning_tokens`` the reasoning part of it. A breakdown is None when the provider does
+not report it.
+
+Raises `contextfold.errors.RenderError` (a ValueError) for a message or request that cannot
+be rendered, naming the field at fault; the stored types raise pydantic's ValidationError
+(a ValueError too) naming theirs, as events do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from .canonical import canonical_json, check_json_value, dumps, loads, sha256_hex
+from .errors import RenderError
+
+__all__ = [
+    "TRANSPORTS",
+    "ItemRole",
+    "ModelOutput",
+    "NeutralMessage",
+    "NeutralRequest",
+    "RenderedRequest",
+    "Renderer",
+    "Role",
+    "ToolCall",
+    "ToolDefinition",
+    "Transport",
+    "Usage",
+    "register_renderer",
+    "render_body",
+    "render_request",
+]
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+"""The role of a neutral message; each transport maps it to its wire roles."""
+
+ItemRole = Literal["system", "developer", "user", "assistant"]
+"""The role of a context item: a message role but ``tool`` (a tool result is an item with a
+``tool_call_id``, whose message role trust decides)."""
+
+Transport = Literal["openai-chat", "openai-responses", "anthropic"]
+"""The wire formats a `NeutralRequest` renders to."""
+
+TRANSPORTS: tuple[Transport, ...] = get_args(Transport)
+"""Every supported transport, in a fixed order."""
+
+_ROLES: frozenset[str] = frozenset(get_args(Role))
+
+
+class _Stored(BaseModel):
+    # Unknown fields are ignored on decode, like events: a payload written by a later
+    # version with a new field still reads.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+class ToolCall(_Stored):
+    """One function call a model asked for; the answering tool result carries its id."""
+
+    id: str = Field(min_length=1)
+    """Provider call id (``tool_call_id`` of the answer)."""
+    name: str = Field(min_length=1)
+    """Name of the called tool."""
+    arguments: str = ""
+    """The arguments exactly as the model produced them (JSON object text; "" means {})."""
+
+
+class ToolDefinition(_Stored):
+    """A tool offered to the model, as a request header logs it and a request sends it.
+
+    ``parameters`` is kept as canonical JSON text, so equal schemas compare and hash equal;
+    build one from a schema mapping with :meth:`from_schema`.
+    """
+
+    name: str = Field(min_length=1)
+    """Tool name as the model calls it."""
+    description: str = ""
+    """What the tool does, shown to the model."""
+    parameters: str = "{}"
+    """Canonical JSON text of the arguments' JSON schema: an object schema (``"type":
+    "object"`` or no type), since every provider requires one. JSON text is canonicalized."""
+    strict: bool = False
+    """OpenAI strict schema adherence; sent explicitly on OpenAI, not sent to Anthropic."""
+
+    @field_validator("parameters", mode="before")
+    @classmethod
+    def _canonical_object_schema(cls, value: Any, info: ValidationInfo) -> Any:
+        where = f"tool {info.data.get('name')!r} parameters"
+        if isinstance(value, Mapping):
+            check_json_value(dict(value), where=where)
+            schema: Any = dict(value)
+        elif isinstance(value, str):
+            try:
+                schema = loads(value)
+            except ValueError:
+                raise ValueError(f"{where} are not JSON text") from None
+        else:
+            return value  # pydantic refuses it as not a string
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            raise ValueError(
+                f'{where} must be a JSON object schema ("type": "object" or no type); '
+                "every provider requires an object schema"
+            )
+        return canonical_json(schema).decode()
+
+    @classmethod
+    def from_schema(
+        cls,
+        *,
+        name: str,
+        description: str = "",
+        parameters: Mapping[str, Any],
+        strict: bool = False,
+    ) -> ToolDefinition:
+        """A definition from a JSON-schema mapping. Raises ValidationError when it is not an
+        object schema of plain JSON."""
+        return cls.model_validate(
+            {"name": name, "description": description, "parameters": parameters, "strict": strict}
+        )
+
+    def arguments_schema(self) -> dict[str, Any]:
+        """A fresh dict of the schema as sent; a missing ``"type"`` is sent as ``"object"``.
+
+        Tool arguments are always an object, so the default changes no meaning, and it
+        makes an empty schema (a tool without arguments) acceptable to every provider.
+        """
+        schema: dict[str, Any] = loads(self.parameters)
+        schema.setdefault("type", "object")
+        return schema
+
+
+class Usage(_Stored):
+    """Token usage one model call reported, in the same terms for every provider.
+
+    The breakdowns are parts of their totals: cache reads and writes of ``input_tokens``,
+    reasoning of ``output_tokens``; None when the provider does not report them.
+    """
+
+    input_tokens: int = Field(default=0, ge=0)
+    """The whole prompt: uncached tokens, cache reads and cache writes."""
+    output_tokens: int = Field(default=0, ge=0)
+    """Every generated token, reasoning included."""
+    cached_input_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those read from the provider's prompt cache."""
+    cache_write_tokens: int | None = Field(default=None, ge=0)
+    """Of ``input_tokens``, those written to the provider's prompt cache."""
+    reasoning_tokens: int | None = Field(default=None, ge=0)
+    """Of ``output_tokens``, those spent on reasoning."""
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        """Prompt tokens neither read from nor written to the cache (never below 0)."""
+        cached = (self.cached_input_tokens or 0) + (self.cache_write_tokens or 0)
+        return max(self.input_tokens - cached, 0)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NeutralMessage:
+    """One message of a neutral request, in projection order."""
+
+    role: Role
+    """Message role; trust was decided by the context model before rendering."""
+    content: str
+    """The rendered item text (header line and content); may be empty for tool-call turns."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Function calls requested by this message; only on ``assistant`` messages."""
+    tool_call_id: str | None = None
+    """The call this message answers; required on ``tool`` messages, absent otherwise."""
+    cache_breakpoint: bool = False
+    """True on the last message of a stable prefix segment (e.g. the session prefix)."""
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise RenderError(f"NeutralMessage.role {self.role!r} is not one of {sorted(_ROLES)}")
+        if not isinstance(self.tool_calls, tuple):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if self.tool_calls and self.role != "assistant":
+            raise RenderError(f"a {self.role} message cannot carry tool_calls; only assistant")
+        if self.role == "tool" and not self.tool_call_id:
+            raise RenderError("a tool message needs the tool_call_id of the call it answers")
+        if self.role != "tool" and self.tool_call_id is not None:
+            raise RenderError(f"a {self.role} message cannot carry tool_call_id; only tool")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class NeutralRequest:
+    """A provider-neutral model request: what the context model hands to rendering."""
+
+    model: str
+    """Provider model name, sent as is."""
+    system: str
+    """The one stable protocol system text, always rendered first ("" renders none)."""
+    messages: tuple[NeutralMessage, ...]
+    """Session prefix then history, in projection order (authoritative)."""
+    tools: tuple[ToolDefinition, ...] = ()
+    """Tools offered to the model, in this order; names must be unique."""
+    max_tokens: int | None = None
+    """Output token limit; required by Anthropic, omitted on OpenAI when None."""
+    temperature: float | None = None
+    """Sampling temperature; omitted when None, never sent to Anthropic (it refuses it)."""
+    stream: bool = False
+    """Ask the provider for a server-sent event stream."""
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise RenderError("NeutralRequest.model is empty")
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(self.messages))
+        if not isinstance(self.tools, tuple):
+            object.__setattr__(self, "tools", tuple(self.tools))
+        names = [tool.name for tool in self.tools]
+        if len(set(names)) != len(names):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            raise RenderError(f"NeutralRequest.tools: duplicate tool names {dupes}")
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or self.max_tokens < 1
+        ):
+            raise RenderError(
+                f"NeutralRequest.max_tokens must be a positive int or None, not {self.max_tokens!r}"
+            )
+        if self.temperature is not None and not math.isfinite(self.temperature):
+            raise RenderError(
+                f"NeutralRequest.temperature must be finite, not {self.temperature!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RenderedRequest:
+    """The exact wire body of one request for one transport."""
+
+    transport: Transport
+    """The transport the body was rendered for."""
+    body: bytes
+    """Compact JSON bytes in the transport's fixed key order: send these bytes unchanged."""
+    sha256: str = field(default="")
+    """Hex SHA-256 of `body`; computed when not given."""
+
+    def __post_init__(self) -> None:
+        digest = sha256_hex(self.body)
+        if self.sha256 and self.sha256 != digest:
+            raise RenderError(f"RenderedRequest.sha256 {self.sha256!r} does not match the body")
+        object.__setattr__(self, "sha256", digest)
+
+    def json(self) -> dict[str, Any]:
+        """A fresh parsed dict of the body (e.g. ``client.messages.create(**r.json())``)."""
+        parsed: dict[str, Any] = loads(self.body)
+        return parsed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelOutput:
+    """What a model returned: text, tool calls, usage and why it stopped."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: str = "stop"
+    """The provider's own stop reason (``"stop"``, ``"tool_calls"``, ``"end_turn"``…)."""
+    reasoning: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tool_calls, tuple):
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+
+Renderer = Callable[[NeutralRequest], dict[str, Any]]
+"""A transport's body builder: a pure function from a request to a fresh JSON dict whose key
+insertion order is the wire order. Raises RenderError for what the transport cannot send."""
+
+_RENDERERS: dict[str, Renderer] = {}
+
+
+def register_renderer(transport: Transport, renderer: Renderer) -> None:
+    """Make ``renderer`` the body builder of ``transport``.
+
+    Raises RenderError for an unknown transport, or when another renderer already has it:
+    a recorded request must rebuild through the renderer it was sent with.
+    """
+    if transport not in TRANSPORTS:
+        raise RenderError(f"unknown transport {transport!r}; expected one of {list(TRANSPORTS)}")
+    known = _RENDERERS.get(transport)
+    if known is not None and known is not renderer:
+        raise RenderError(f"transport {transport!r} already has a renderer")
+    _RENDERERS[transport] = renderer
+
+
+def render_request(request: NeutralRequest, transport: Transport) -> RenderedRequest:
+    """Render ``request`` for ``transport``. Pure: equal requests give equal bytes.
+
+    Raises RenderError when the transport is unknown or the request cannot be sent on it.
+    """
+    renderer = _RENDERERS.get(transport)
+    if renderer is None:
+        raise RenderError(
+            f"unknown transport {transport!r}; expected one of {list(TRANSPORTS)} "
+            "(import contextfold.render to register the built-in renderers)"
+        )
+    body = renderer(request)
+    try:
+        # Insertion order, not sorted keys: each transport builds its body in the
+        # provider's read order with the history last, so consecutive requests share a
+        # byte prefix as long as their content does. Building is pure, so this is as
+        # deterministic as sorting.
+        check_json_value(body, where=f"{transport} body")
+        data = dumps(body)
+    except ValueError as exc:
+        raise RenderError(f"{transport} body is not plain JSON: {exc}") from exc
+    return RenderedRequest(transport=transport, body=data)
+
+
+def render_body(request: NeutralRequest, transport: Transport) -> bytes:
+    """The exact body bytes of ``request`` for ``transport``."""
+    return render_request(request, transport).body
