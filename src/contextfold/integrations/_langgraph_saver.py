@@ -19,9 +19,8 @@ import asyncio
 import base64
 import functools
 import secrets
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar, cast
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Literal, cast
 
 import orjson
 from langchain_core.runnables import RunnableConfig
@@ -41,10 +40,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from pyrsistent import pmap
 
 from ..canonical import encode_checked
-from ..errors import InvalidInputError, InvalidStreamNameError, PayloadError, StoreError
+from ..errors import InvalidInputError, InvalidStreamNameError, PayloadError
 from ..events import Event, RawEvent, StoredEvent
 from ..journal import Journal, SyncJournal
-from ..store.base import check_stream
+from ..journal.encode import check_stream
 from ._journal_bridge import JournalBridge
 from ._langgraph_index import (
     RECORD_TYPES,
@@ -54,7 +53,6 @@ from ._langgraph_index import (
     CheckpointEntry,
     CheckpointPut,
     CheckpointsRetracted,
-    Located,
     ThreadCleared,
     ThreadIndex,
     Typed,
@@ -62,53 +60,25 @@ from ._langgraph_index import (
     WritesPut,
     version_key,
 )
+from ._langgraph_records import (
+    BlobKey,
+    Item,
+    RecordReader,
+    Stale,
+    decode,
+    item_parts,
+    parts,
+    value_parts,
+    write_size,
+)
 
 __all__ = ["JournalSaver"]
 
-E = TypeVar("E", bound=Event)
-T = TypeVar("T")
-Item = tuple[str, str]
-"""One serialized list item: the serde type tag and the base64 bytes."""
-BlobKey = tuple[str, str, str]
 _Selected = tuple[str, str, ThreadIndex, CheckpointEntry]
 
 _PAGE = 16  # checkpoint tuples built per round trip by list()
-_ONE_BY_ONE = 8  # records fetched by single reads; more are read as one range
 _RETRIES = 3  # reads of a thread deleted meanwhile, before it counts as gone
 _COPY_BATCH = 1000
-
-
-class _Stale(Exception):
-    """The index named a record its stream no longer holds (deleted since it was read)."""
-
-
-class _ItemsCache:
-    """Lists the saver read or wrote last, by (stream, blob nonce); LRU bounded in bytes."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str], tuple[tuple[Item, ...], int]] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: tuple[str, str]) -> tuple[Item, ...] | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        self._entries.move_to_end(key)
-        return entry[0]
-
-    def put(self, key: tuple[str, str], items: tuple[Item, ...]) -> None:
-        size = sum(len(t) + len(d) for t, d in items) + 64
-        if size > self.max_bytes:
-            return
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= old[1]
-        self._entries[key] = (items, size)
-        self._bytes += size
-        while self._bytes > self.max_bytes:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
 
 
 class JournalSaver(BaseCheckpointSaver[str]):
@@ -149,7 +119,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
             raise InvalidInputError(f"cache_bytes must be an int >= 0, got {cache_bytes!r}")
         self.stream_prefix = stream_prefix
         self.hard_delete = hard_delete
-        self._cache = _ItemsCache(cache_bytes)
+        self._records = RecordReader(self._bridge.journal, cache_bytes)
 
     @property
     def journal(self) -> Journal:
@@ -308,7 +278,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 return None
             try:
                 return await self._tuple(thread_id, stream, index, entry)
-            except _Stale:
+            except Stale:
                 continue
         return None
 
@@ -359,14 +329,14 @@ class JournalSaver(BaseCheckpointSaver[str]):
         for thread_id, stream, index, entry in page:
             try:
                 built.append(await self._tuple(thread_id, stream, index, entry))
-            except _Stale:  # deleted since it was selected: no longer listed
+            except Stale:  # deleted since it was selected: no longer listed
                 continue
         return built
 
     async def _tuple(
         self, thread_id: str, stream: str, index: ThreadIndex, entry: CheckpointEntry
     ) -> CheckpointTuple:
-        put = _decode(await self._fetch(stream, entry.at), CheckpointPut)
+        put = decode(await self._records.fetch(stream, entry.at), CheckpointPut)
         skeleton = self._load((put.checkpoint.type, put.checkpoint.data))
         ns = entry.ns
         wanted: list[tuple[str, BlobKey, BlobEntry]] = []
@@ -382,8 +352,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
             index.writes.get((ns, entry.checkpoint_id), pmap()).values(),
             key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx),
         )
-        events = await self._fetch_all(stream, [w.at for w in writes])
-        decoded = {gp: _decode(event, WritesPut) for gp, event in events.items()}
+        events = await self._records.fetch_all(stream, [w.at for w in writes])
+        decoded = {gp: decode(event, WritesPut) for gp, event in events.items()}
         pending: list[PendingWrite] = []
         for w in writes:
             value = decoded[w.at.global_position].writes[w.slot].value
@@ -411,84 +381,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     async def _value(self, stream: str, index: ThreadIndex, key: BlobKey, blob: BlobEntry) -> Any:
         if blob.kind == "items":
-            return [self._load(item) for item in await self._items(stream, index, key)]
-        events = await self._fetch_all(stream, blob.parts)
-        parts = [_decode(events[at.global_position], ChannelBlob) for at in blob.parts]
-        return self._load((parts[0].serde_type, "".join(p.data for p in parts)))
-
-    async def _items(self, stream: str, index: ThreadIndex, key: BlobKey) -> tuple[Item, ...]:
-        """A list channel's items at one version: its delta chain applied from the newest
-        list held in the cache (or from the chain's start)."""
-        chain: list[BlobEntry] = []
-        start: tuple[Item, ...] = ()
-        current: BlobKey | None = key
-        seen: set[BlobKey] = set()
-        while current is not None:
-            blob = index.blobs.get(current)
-            if blob is None or blob.kind != "items" or not blob.complete or current in seen:
-                raise StoreError(
-                    f"stream {stream!r}: the list of channel {key[1]!r} at version {key[2]} "
-                    f"extends version {current[2]}, which is not stored as a whole list: the "
-                    "thread's records are damaged (copy what is readable with copy_thread)"
-                )
-            seen.add(current)
-            cached = self._cache.get((stream, blob.nonce))
-            if cached is not None:
-                start = cached
-                break
-            chain.append(blob)
-            current = (key[0], key[1], blob.base) if blob.base is not None else None
-        if not chain:
-            return start
-        events = await self._fetch_all(stream, [at for blob in chain for at in blob.parts])
-        items = list(start)
-        for blob in reversed(chain):
-            del items[blob.keep :]
-            for at in blob.parts:
-                items.extend(_decode(events[at.global_position], ChannelBlob).items)
-        result = tuple(items)
-        self._cache.put((stream, chain[0].nonce), result)
-        return result
-
-    async def _fetch(self, stream: str, at: Located) -> StoredEvent:
-        """The record at ``at``: the first of its type after its cursor, one indexed read."""
-        page = await self.journal.read(stream, after=at.after, types=[at.type], limit=1)
-        while True:
-            if page.reset and at.after is not None:
-                raise _Stale
-            for event in page.events:
-                if event.global_position == at.global_position:
-                    return event
-                if event.global_position > at.global_position:
-                    raise _Stale
-            if not page.more:
-                raise _Stale
-            # An undecodable record the fold skipped sits in between: read on past it.
-            page = await self.journal.read(stream, after=page.cursor, types=[at.type], limit=256)
-
-    async def _fetch_all(self, stream: str, places: Sequence[Located]) -> dict[int, StoredEvent]:
-        unique = {at.global_position: at for at in places}
-        if len(unique) <= _ONE_BY_ONE:
-            found = await asyncio.gather(*(self._fetch(stream, at) for at in unique.values()))
-            return {event.global_position: event for event in found}
-        # A long delta chain: one range read from its oldest record, in stream order.
-        first = min(unique.values(), key=lambda at: at.global_position)
-        last = max(unique)
-        types = sorted({at.type for at in unique.values()})
-        events: dict[int, StoredEvent] = {}
-        cursor = first.after
-        while True:
-            page = await self.journal.read(stream, after=cursor, types=types, limit=1000)
-            if page.reset and cursor is not None:
-                raise _Stale
-            for event in page.events:
-                if event.global_position in unique:
-                    events[event.global_position] = event
-            if len(events) == len(unique):
-                return events
-            if not page.more or (page.events and page.events[-1].global_position >= last):
-                raise _Stale
-            cursor = page.cursor
+            return [self._load(item) for item in await self._records.items(stream, index, key)]
+        return self._load(await self._records.value(stream, blob))
 
     def _load(self, item: Item) -> Any:
         return self.serde.loads_typed((item[0], base64.b64decode(item[1])))
@@ -539,17 +433,12 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 records.append(blob(kind="empty"))
             elif type(values[channel]) is list:
                 items = tuple(self._dump(v) for v in values[channel])
-                base, keep = await self._base(stream, index, ns, channel, items)
-                for part, more in _parts(items[keep:], self._part_bytes(), _item_size):
-                    records.append(blob(kind="items", base=base, keep=keep, items=part, more=more))
+                base, keep = await self._records.kept(stream, index, ns, channel, items)
+                records.extend(item_parts(blob, items[keep:], base, keep, self._part_bytes()))
                 lists.append((nonce, items))
             else:
-                type_, data = self._dump(values[channel])
-                size = self._part_bytes()
-                chunks = [data[i : i + size] for i in range(0, len(data), size)] or [""]
-                for i, chunk in enumerate(chunks):
-                    more = i < len(chunks) - 1
-                    records.append(blob(kind="value", serde_type=type_, data=chunk, more=more))
+                item = self._dump(values[channel])
+                records.extend(value_parts(blob, item, self._part_bytes()))
         meta = dict(get_serializable_checkpoint_metadata(config, metadata))
         try:
             encode_checked(meta, where="metadata")
@@ -569,27 +458,8 @@ class JournalSaver(BaseCheckpointSaver[str]):
         )
         await self._append(stream, records, where)
         for nonce, items in lists:
-            self._cache.put((stream, nonce), items)
+            self._records.remember(stream, nonce, items)
         return _config(thread_id, ns, checkpoint_id)
-
-    async def _base(
-        self, stream: str, index: ThreadIndex, ns: str, channel: str, items: tuple[Item, ...]
-    ) -> tuple[int | float | str | None, int]:
-        """The list a new list of ``channel`` extends (the newest stored) and how many of
-        its items it keeps; (None, 0) when it shares no first item with it."""
-        newest = index.newest_blob.get((ns, channel))
-        if newest is None or index.blobs[(ns, channel, newest)].kind != "items":
-            return None, 0
-        try:
-            before = await self._items(stream, index, (ns, channel, newest))
-        except _Stale:
-            return None, 0
-        keep = 0
-        for old, new in zip(before, items, strict=False):
-            if old != new:
-                break
-            keep += 1
-        return (orjson.loads(newest), keep) if keep else (None, 0)
 
     async def _put_writes(
         self,
@@ -624,7 +494,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
                 task_path=task_path,
                 writes=part,
             )
-            for part, _ in _parts(tuple(fresh), self._part_bytes(), _write_size)
+            for part, _ in parts(tuple(fresh), self._part_bytes(), write_size)
         ]
         where = f"thread {thread_id!r} checkpoint {checkpoint_id!r} task {task_id!r}"
         await self._append(stream, records, where)
@@ -715,41 +585,9 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     )
 
 
-def _decode(event: StoredEvent, cls: type[E]) -> E:
-    decoded = event.decode(cls)
-    assert isinstance(decoded, cls)
-    return decoded
-
-
 def _matches(metadata: bytes, query: Mapping[str, Any]) -> bool:
     stored = orjson.loads(metadata)
     return all(stored.get(key) == value for key, value in query.items())
-
-
-def _item_size(item: Item) -> int:
-    return len(item[0]) + len(item[1]) + 8
-
-
-def _write_size(write: WriteRecord) -> int:
-    return len(write.channel) + len(write.value.type) + len(write.value.data) + 64
-
-
-def _parts(
-    values: tuple[T, ...], budget: int, size: Callable[[T], int]
-) -> Iterator[tuple[tuple[T, ...], bool]]:
-    """``values`` in consecutive groups of about ``budget`` bytes (at least one group, each
-    with at least one value), each with whether another group follows."""
-    groups: list[tuple[T, ...]] = []
-    start, used = 0, 0
-    for i, value in enumerate(values):
-        cost = size(value)
-        if i > start and used + cost > budget:
-            groups.append(values[start:i])
-            start, used = i, 0
-        used += cost
-    groups.append(values[start:])
-    for i, group in enumerate(groups):
-        yield group, i < len(groups) - 1
 
 
 def _copied(event: StoredEvent, index: ThreadIndex) -> RawEvent | None:
