@@ -1,11 +1,23 @@
-"""The ``contextfold`` command line: a thin layer, each command calls one library function."""
+"""The ``contextfold`` command line: a thin layer, each command calls one library function.
+
+Every command reads the journal at ``--url`` (else ``CONTEXTFOLD_URL``, else
+:data:`DEFAULT_URL`, where the demo writes). Read commands open it read-only: a missing
+file is an error, never a new empty journal. A mistake (a missing journal, an unknown
+stream, a cursor or offset that names nothing) is one line on stderr and exit status 1;
+a usage error exits 2. Output is never wrapped, so a pipe gets whole lines.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
+from urllib.parse import urlsplit
 
 try:
     import typer
@@ -13,30 +25,157 @@ try:
 except ImportError as exc:  # pragma: no cover - typer and rich are core dependencies
     raise SystemExit("the contextfold CLI needs typer and rich: pip install contextfold") from exc
 
-__all__ = ["app", "main"]
+if TYPE_CHECKING:
+    from .journal import Journal
 
+__all__ = ["CONNECT_TIMEOUT", "DEFAULT_URL", "URL_ENV", "app", "main"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+DEFAULT_URL = "sqlite:///.contextfold/journal.db"
+"""The journal every command uses when neither ``--url`` nor ``CONTEXTFOLD_URL`` names one."""
+
+URL_ENV = "CONTEXTFOLD_URL"
+
+CONNECT_TIMEOUT = 3.0
+"""Seconds a command waits for a PostgreSQL server before saying it cannot be reached."""
+
+_FOLLOW_POLL = 0.25  # seconds between polls for another process's appends
 
 app = typer.Typer(
     help="contextfold: the context of LLM agents, from an append-only journal.",
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
 )
-console = Console()
+# soft_wrap: rich would break lines at the terminal width, or at 80 columns into a pipe.
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
-DEMO_DB = Path(".contextfold/demo.db")
-DEMO_URL = f"sqlite:///{DEMO_DB}"
-Url = Annotated[str, typer.Option(help="Journal URL: sqlite:///path.db, postgresql://…")]
+Url = Annotated[
+    str,
+    typer.Option(
+        envvar=URL_ENV,
+        help="Journal URL: sqlite:///path.db, postgresql://… (default: $CONTEXTFOLD_URL, "
+        f"else {DEFAULT_URL}).",
+        show_default=False,
+    ),
+]
 Stream = Annotated[str, typer.Argument(help="Stream name.")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
+
+
+def _reports_errors(command: Callable[P, R]) -> Callable[P, R]:
+    """contextfold's own errors become one line on stderr and exit status 1."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        from .errors import ContextfoldError
+
+        pool_log = _QuietPool()
+        try:
+            with pool_log.installed():
+                return command(*args, **kwargs)
+        except ContextfoldError as exc:
+            _fail(str(exc) + pool_log.detail())
+
+    return run
+
+
+class _QuietPool(logging.Handler):
+    """Keeps the connection pool's retry warnings off the terminal, remembering the last
+    one: it says why the server could not be reached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.last: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.last = record.getMessage().splitlines()[0]
+
+    def detail(self) -> str:
+        return f" (last attempt: {self.last})" if self.last else ""
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        logger = logging.getLogger("psycopg.pool")
+        kept = logger.propagate
+        logger.addHandler(self)
+        logger.propagate = False
+        try:
+            yield
+        finally:
+            logger.removeHandler(self)
+            logger.propagate = kept
+
+
+def _fail(message: str) -> NoReturn:
+    err_console.print(f"error: {message}", style="red", markup=False, highlight=False)
+    raise typer.Exit(1)
+
+
+def _usage_error(option: str, message: str) -> NoReturn:
+    """One line naming the option, and exit status 2 (a usage error), no traceback."""
+    err_console.print(f"error: {option} {message}", style="red", markup=False, highlight=False)
+    raise typer.Exit(2)
+
+
+def _shown(url: str) -> str:
+    """``url`` without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rsplit("@", 1)[1]
+        return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def _open(url: str) -> Journal:
+    """The journal at ``url`` for reading: an SQLite file must exist already (nothing is
+    created), a PostgreSQL server must answer within :data:`CONNECT_TIMEOUT`."""
+    from .journal import open_journal
+    from .store.urls import parse_store_url
+
+    scheme = parse_store_url(url).scheme
+    options: dict[str, Any] = {}
+    if scheme == "sqlite":
+        options["read_only"] = True
+    elif scheme == "postgresql":
+        options.update(timeout=CONNECT_TIMEOUT, min_size=1, max_size=2)
+    return open_journal(url, **options)
+
+
+def _dumps(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def _write(line: str) -> None:
+    sys.stdout.write(line + "\n")
 
 
 @app.command()
+@_reports_errors
 def demo(
-    db: Annotated[Path, typer.Option(help="SQLite journal file to use.")] = DEMO_DB,
+    url: Url = DEFAULT_URL,
+    db: Annotated[
+        Path | None, typer.Option(help="SQLite journal file to use (instead of --url).")
+    ] = None,
     fresh: Annotated[bool, typer.Option(help="Start the demo stream from scratch.")] = True,
 ) -> None:
     """Run the demo agent session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
     from .runtime.models import ModelError
+    from .store.urls import parse_store_url
 
+    if db is None:
+        parsed = parse_store_url(url)
+        if parsed.scheme != "sqlite" or parsed.target == ":memory:":
+            _usage_error("--url", f"must name an SQLite file for the demo, got {_shown(url)!r}")
+        db = Path(parsed.target)
     try:
         ok = asyncio.run(run_demo(db, fresh=fresh, console=console))
     except ModelError as exc:
@@ -44,7 +183,8 @@ def demo(
         console.print(
             "the provider failed; the unanswered request stays recorded in the journal "
             "(`contextfold demo --no-fresh` sends it again). "
-            "Unset OPENAI_API_KEY and ANTHROPIC_API_KEY to run with the local model.",
+            "Unset OPENAI_API_KEY, OPENAI_BASE_URL and ANTHROPIC_API_KEY to run with the "
+            "local model.",
             markup=False,
         )
         raise typer.Exit(1) from None
@@ -53,91 +193,251 @@ def demo(
 
 
 @app.command()
-def streams(url: Url = DEMO_URL) -> None:
-    """List the streams of a journal with their versions."""
-    from .journal import open_journal_sync
+@_reports_errors
+def streams(
+    url: Url = DEFAULT_URL,
+    prefix: Annotated[str | None, typer.Option(help="Only streams starting with this.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    """List the streams of a journal with their versions (one per line: name, tab, version)."""
+    from .store.base import MAX_LIMIT
 
-    with open_journal_sync(url) as journal:
-        for info in journal.list_streams():
-            console.print(f"{info.stream}\t{info.version}", markup=False)
+    async def run() -> tuple[Any, ...]:
+        async with _open(url) as journal:
+            return await journal.list_streams(prefix=prefix, limit=MAX_LIMIT)
+
+    found = asyncio.run(run())
+    if as_json:
+        listed = [{"stream": info.stream, "version": info.version} for info in found]
+        _write(_dumps({"streams": listed}))
+    else:
+        for info in found:
+            _write(f"{info.stream}\t{info.version}")
+        if not found:
+            err_console.print(f"no streams in {_shown(url)}", markup=False, highlight=False)
+    if len(found) == MAX_LIMIT:
+        err_console.print(
+            f"only the first {MAX_LIMIT} streams are listed: narrow them with --prefix",
+            markup=False,
+            highlight=False,
+        )
 
 
 @app.command()
+@_reports_errors
 def events(
     stream: Stream,
-    url: Url = DEMO_URL,
-    after: Annotated[str | None, typer.Option(help="Cursor to read after.")] = None,
-    limit: Annotated[int, typer.Option(help="Most events to print.")] = 100,
+    url: Url = DEFAULT_URL,
+    after: Annotated[
+        str | None, typer.Option(help="Start after this cursor (one that events printed).")
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, help="Most events to print (default: all).")
+    ] = None,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing events as they land.")
+    ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document (a page) instead of lines.")
+    ] = False,
 ) -> None:
-    """Print a stream's events as JSON lines: position, type and payload.
+    """Print a stream's events as JSON lines: position, cursor, type, payload and meta.
 
-    A corrupt row (not JSON, or no longer valid for its event class) is reported on stderr
-    with its stream and position, the others are printed, and the exit status is 1.
+    ``--after`` takes a cursor these lines carry; a page cut by ``--limit`` ends with a
+    line on stderr giving the cursor to continue from. A corrupt row (not JSON, or no
+    longer valid for its event class) is reported on stderr with its stream and position,
+    the others are printed, and the exit status is 1.
     """
-    from .journal import open_journal_sync
+    if follow and (limit is not None or as_json):
+        _usage_error("--follow", "cannot be combined with --limit or --json")
+    try:
+        corrupt = asyncio.run(_events(url, stream, after, limit, follow, as_json))
+    except KeyboardInterrupt:  # the end of --follow
+        raise typer.Exit(130) from None
+    if corrupt:
+        err_console.print(
+            f"{corrupt} corrupt row(s) in stream {stream!r}, not printed",
+            markup=False,
+            highlight=False,
+        )
+        raise typer.Exit(1)
+
+
+async def _events(
+    url: str, stream: str, after: str | None, limit: int | None, follow: bool, as_json: bool
+) -> int:
+    """Print the events (see ``events``); returns how many corrupt rows were left out."""
+    from .errors import UnknownCursorError
+    from .inspection import event_json, require_cursor, require_stream
+    from .store.base import TailReset
     from .store.rows import corrupt_row
 
     corrupt = 0
-    with open_journal_sync(url) as journal:
-        page = journal.read(stream, after=after, limit=limit)
-        for event in page.events:
-            bad = corrupt_row(event)
-            if bad is None:
-                sys.stdout.write(f"{event.position}\t{event.type}\t{event.data.decode()}\n")
-            else:
-                corrupt += 1
-                sys.stderr.write(f"corrupt row: {bad}\n")
-    if corrupt:
-        sys.stderr.write(f"{corrupt} corrupt row(s) in stream {stream!r}, not printed\n")
-        raise typer.Exit(1)
+    page_events: list[dict[str, Any]] = []
+
+    def emit(event: Any) -> None:
+        nonlocal corrupt
+        bad = corrupt_row(event)
+        if bad is not None:
+            corrupt += 1
+            err_console.print(f"corrupt row: {bad}", markup=False, highlight=False)
+        elif as_json:
+            page_events.append(event_json(event))
+        else:
+            _write(_dumps(event_json(event)))
+
+    async with _open(url) as journal:
+        await require_stream(journal, stream, where=_shown(url))
+        if after is not None:
+            await require_cursor(journal, stream, after)
+        cursor, printed, more = after, 0, False
+        while True:
+            size = 1000 if limit is None else min(1000, limit - printed)
+            page = await journal.read(stream, after=cursor, limit=size)
+            if page.reset:  # deleted between the check and the read
+                raise UnknownCursorError(
+                    f"stream {stream!r} was deleted while it was read", stream=stream, cursor=""
+                )
+            for event in page.events:
+                emit(event)
+            printed += len(page.events)
+            cursor = page.cursor
+            if not page.more:
+                break
+            if limit is not None and printed >= limit:
+                more = True
+                break
+        if as_json:
+            _write(
+                _dumps({"stream": stream, "events": page_events, "cursor": cursor, "more": more})
+            )
+        elif more:
+            err_console.print(
+                f"-- {printed} events shown, more follow: continue with --after {cursor}",
+                markup=False,
+                highlight=False,
+            )
+        if not follow:
+            return corrupt
+        sys.stdout.flush()
+        live = journal.subscribe(stream, after=cursor, poll_interval=_FOLLOW_POLL, resets=True)
+        async for item in live:
+            if isinstance(item, TailReset):
+                err_console.print(
+                    f"-- stream {stream!r} was deleted or recreated: following it from its start",
+                    markup=False,
+                    highlight=False,
+                )
+                continue
+            emit(item)
+            sys.stdout.flush()
+    return corrupt
 
 
 @app.command()
+@_reports_errors
 def rebuild(
     stream: Stream,
     offset: Annotated[int, typer.Argument(help="Offset (@N) of the request event.")],
-    url: Url = DEMO_URL,
+    url: Url = DEFAULT_URL,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the body with its transport and SHA-256.")
+    ] = False,
 ) -> None:
     """Print the exact body of a recorded model request, rebuilt from the journal."""
-    from .context.rebuild import rebuild_request
-    from .journal import open_journal
+    from .errors import RebuildError
+    from .inspection import require_stream
 
-    async def run() -> bytes:
-        async with open_journal(url) as journal:
-            return (await rebuild_request(journal, stream, offset)).body
+    async def run() -> Any:
+        async with _open(url) as journal:
+            version = await require_stream(journal, stream, where=_shown(url))
+            if not 1 <= offset <= version:
+                raise RebuildError(
+                    f"stream {stream!r} has positions 1 to {version}: @{offset} is none of "
+                    "them; pass the offset of a request event"
+                )
+            return await journal.rebuild_request(stream, offset)
 
-    sys.stdout.write(asyncio.run(run()).decode() + "\n")
+    rendered = asyncio.run(run())
+    if as_json:
+        import orjson
+
+        body = orjson.loads(rendered.body)
+        shape = {"stream": stream, "offset": offset, "transport": rendered.transport}
+        _write(
+            _dumps({**shape, "sha256": rendered.sha256, "size": len(rendered.body), "body": body})
+        )
+    else:
+        _write(rendered.body.decode())
 
 
 @app.command()
-def verify(stream: Stream, url: Url = DEMO_URL) -> None:
+@_reports_errors
+def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Rebuild every recorded request of a stream and report any whose bytes drifted.
 
     A corrupt row is reported as a drift too, with its stream and position; the rebuild
-    leaves it out, as the folds do.
+    leaves it out, as the folds do. A stream without recorded requests has nothing to
+    verify: that is said, with exit status 1.
     """
-    from .context.rebuild import verify_requests
-    from .journal import open_journal
-    from .store.rows import SkipCorrupt
+    from .inspection import Verification, verification_json, verify_stream
 
-    async def run() -> int:
-        async with open_journal(url) as journal:
-            reader = SkipCorrupt(journal)
-            drifts = await verify_requests(reader, stream)
-        for row in reader.corrupt:
-            console.print(f"@{row.position}: corrupt row, {row}", markup=False, soft_wrap=True)
-        for drift in drifts:
-            console.print(f"@{drift.request_offset}: {drift.error or 'bytes differ'}", markup=False)
-        return len(drifts) + len(reader.corrupt)
+    async def run(progress: Any) -> Verification:
+        async with _open(url) as journal:
+            return await verify_stream(journal, stream, where=_shown(url), progress=progress)
 
-    if asyncio.run(run()):
+    with _progress() as progress:
+        done = asyncio.run(run(progress))
+    if as_json:
+        _write(_dumps(verification_json(done)))
+        if not done.ok:
+            raise typer.Exit(1)
+        return
+    for row in done.corrupt:
+        console.print(f"@{row.position}: corrupt row, {row}", markup=False, highlight=False)
+    for drift in done.drifts:
+        console.print(
+            f"@{drift.request_offset}: {drift.error or 'bytes differ'}",
+            markup=False,
+            highlight=False,
+        )
+    if not done.requests and not done.corrupt:
+        _fail(
+            f"stream {stream!r} has no recorded requests: nothing to verify (requests are "
+            "recorded when an agent sends them)"
+        )
+    if not done.ok:
         raise typer.Exit(1)
-    console.print("every recorded request rebuilds byte for byte")
+    console.print(
+        f"all {done.requests} recorded request(s) of {stream!r} rebuild byte for byte",
+        markup=False,
+        highlight=False,
+    )
+
+
+@contextmanager
+def _progress() -> Iterator[Callable[[str, int, int], None] | None]:
+    """A progress callback drawing a bar on stderr when it is a terminal, else None."""
+    if not err_console.is_terminal:
+        yield None
+        return
+    from rich.progress import Progress
+
+    with Progress(console=err_console, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def advance(phase: str, position: int, version: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bar.add_task(phase, total=version)
+            bar.update(tasks[phase], completed=position)
+
+        yield advance
 
 
 @app.command()
+@_reports_errors
 def serve(
-    url: Url = "sqlite:///contextfold.db",
+    url: Url = DEFAULT_URL,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port to listen on (0-65535).")] = 8765,
     token: Annotated[
@@ -165,7 +465,7 @@ def serve(
         typer.Option(help="Seconds a connection has to send its request headers, or is closed."),
     ] = 10.0,  # server.protocol.DEFAULT_HEADER_TIMEOUT
 ) -> None:
-    """Serve a journal over HTTP + SSE, with the web inspector at /."""
+    """Serve a journal and the transcript kept with it over HTTP + SSE, inspector at /."""
     trusted = tuple(trusted_token or ())
     if not 0 <= port <= 65535:
         _usage_error("--port", f"must be a TCP port from 0 to 65535, got {port}")
@@ -182,8 +482,7 @@ def serve(
     try:
         from .server import serve as run_server
     except ImportError as exc:  # the server extra is not installed: one line saying so
-        console.print(str(exc), style="red", markup=False)
-        raise typer.Exit(1) from None
+        _fail(str(exc))
 
     run_server(
         url,
@@ -197,20 +496,6 @@ def serve(
     )
 
 
-def _usage_error(option: str, message: str) -> NoReturn:
-    """One line naming the option, and exit status 2 (a usage error), no traceback."""
-    Console(stderr=True).print(
-        f"error: {option} {message}", style="red", markup=False, soft_wrap=True
-    )
-    raise typer.Exit(2)
-
-
 def main() -> None:
-    """Run the CLI; contextfold's own errors print as one line and exit with status 1."""
-    from .errors import ContextfoldError
-
-    try:
-        app()
-    except ContextfoldError as exc:
-        Console(stderr=True).print(f"error: {exc}", style="red", markup=False)
-        raise SystemExit(1) from None
+    """Run the CLI (each command reports contextfold's errors as one line, exit status 1)."""
+    app()

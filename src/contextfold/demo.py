@@ -115,7 +115,8 @@ def workspace_tools(root: Path) -> list[Any]:
 
 def pick_model() -> tuple[ModelClient, str]:
     """The provider from the environment, or the local deterministic model."""
-    if os.environ.get("OPENAI_API_KEY"):
+    # A base URL alone is an OpenAI-compatible local server (vLLM, Ollama): no key needed.
+    if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         name = os.environ.get("CONTEXTFOLD_OPENAI_MODEL", "gpt-5.4-mini")
         return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL")), f"OpenAI ({name})"
     if os.environ.get("ANTHROPIC_API_KEY"):
@@ -123,7 +124,8 @@ def pick_model() -> tuple[ModelClient, str]:
         return AnthropicModel(name), f"Anthropic ({name})"
     return (
         LocalModel(),
-        "the local deterministic model (no OPENAI_API_KEY or ANTHROPIC_API_KEY is set)",
+        "the local deterministic model (no OPENAI_API_KEY, OPENAI_BASE_URL or "
+        "ANTHROPIC_API_KEY is set)",
     )
 
 

@@ -9,6 +9,7 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     │   ├── InvalidStreamNameError
     │   ├── PayloadError            not JSON, NaN/inf, over the size limit
     │   └── InvalidCursorError
+    │       └── UnknownCursorError  a surface was given a cursor naming no event of the stream
     ├── StoreError
     │   ├── ConflictError
     │   │   ├── WrongExpectedVersionError
@@ -20,6 +21,7 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     ├── FoldCompactionError
     ├── RenderError
     ├── RebuildError                a recorded request cannot be rebuilt
+    ├── UnknownStreamError          a read-only surface was asked for a stream with no events
     ├── ModelError                  a model provider refused or failed a request
     └── BusOverflowError            a live subscriber fell too far behind and was cut off
 """
@@ -45,7 +47,9 @@ __all__ = [
     "StoreError",
     "StoreFileMovedError",
     "StoreUnavailableError",
+    "UnknownCursorError",
     "UnknownEventTypeError",
+    "UnknownStreamError",
     "WrongExpectedVersionError",
 ]
 
@@ -76,6 +80,17 @@ class PayloadError(InvalidInputError):
 
 class InvalidCursorError(InvalidInputError):
     """A cursor argument has the wrong type (an unknown cursor is not an error: reads reset)."""
+
+
+class UnknownCursorError(InvalidCursorError):
+    """A cursor names no event of the stream it was given for (malformed, from another
+    stream or journal, or the stream was recreated). Reads reset on it; the CLI and the
+    HTTP API refuse it instead, so a mistake is never taken for the start of the stream."""
+
+    def __init__(self, message: str, *, stream: str, cursor: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.cursor = cursor
 
 
 class StoreError(ContextfoldError):
@@ -151,6 +166,16 @@ class RenderError(ContextfoldError, ValueError):
 
 class RebuildError(ContextfoldError):
     """A recorded request could not be rebuilt from the journal."""
+
+
+class UnknownStreamError(ContextfoldError, LookupError):
+    """The stream has no events (never appended, or deleted); ``suggestions`` are the
+    closest stream names the journal holds."""
+
+    def __init__(self, message: str, *, stream: str, suggestions: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.suggestions = suggestions
 
 
 class ModelError(ContextfoldError):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import importlib
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -26,6 +27,7 @@ from ..render import anthropic, openai_chat, openai_responses
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, Transport, Usage
 
 __all__ = [
+    "LOCAL_SERVER_KEY",
     "AnthropicModel",
     "FunctionModel",
     "ModelClient",
@@ -232,7 +234,15 @@ def _import_sdk(module: str, vendor: str) -> Any:
         ) from exc
 
 
+LOCAL_SERVER_KEY = "no-key"
+"""The API key sent to an OpenAI-compatible server given by base URL when no key is set:
+local servers (vLLM, Ollama) take any key, but the SDK refuses to start without one."""
+
+
 def _openai_client(base_url: str | None, api_key: str | None) -> Any:
+    if api_key is None and not os.environ.get("OPENAI_API_KEY"):
+        if base_url or os.environ.get("OPENAI_BASE_URL"):
+            api_key = LOCAL_SERVER_KEY
     return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 

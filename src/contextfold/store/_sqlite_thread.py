@@ -41,7 +41,9 @@ class SQLiteThread:
 
     ``what`` names the database in error messages ("the journal"). ``synchronous`` trades
     power-loss safety for speed; ``busy_timeout`` (seconds) is how long a write waits on
-    another process's lock. Raises ValueError for an unknown ``synchronous``.
+    another process's lock. ``read_only``: open an existing database without creating,
+    changing or migrating anything (the file must exist and hold ``required_table``), and
+    refuse every write. Raises ValueError for an unknown ``synchronous``.
     """
 
     def __init__(
@@ -53,6 +55,8 @@ class SQLiteThread:
         thread_name: str,
         synchronous: str = "NORMAL",
         busy_timeout: float = 30.0,
+        read_only: bool = False,
+        required_table: str = "",
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
             raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
@@ -63,6 +67,8 @@ class SQLiteThread:
         self._thread_name = thread_name
         self._synchronous = synchronous.upper()
         self._busy_ms = int(busy_timeout * 1000)
+        self._read_only = read_only
+        self._required_table = required_table
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -118,6 +124,8 @@ class SQLiteThread:
             await asyncio.shield(asyncio.wrap_future(disconnected))
 
     def _connect(self) -> sqlite3.Connection:
+        if self._read_only:
+            return self._connect_existing()
         try:
             if self.path != ":memory:":
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -129,6 +137,40 @@ class SQLiteThread:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(self._schema)
+            self._files = self._identify()
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise self._unavailable(exc) from exc
+            raise
+        self._conn = conn
+        return conn
+
+    def _connect_existing(self) -> sqlite3.Connection:
+        # mode=rw never creates the file (nor its directory); query_only refuses writes. Not
+        # mode=ro: a read-only connection cannot remove the -wal and -shm it creates.
+        if self.path in ("", ":memory:") or not Path(self.path).is_file():
+            raise StoreUnavailableError(
+                f"cannot open {self._what} at {self.url}: the file {self.path} does not "
+                "exist (nothing was created); check the path"
+            )
+        try:
+            uri = Path(self.path).absolute().as_uri() + "?mode=rw"
+            conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+        except (sqlite3.Error, OSError) as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                (self._required_table,),
+            ).fetchone()
+            if self._required_table and found is None:
+                raise StoreUnavailableError(
+                    f"{self.path} is not {self._what} (it has no {self._required_table} "
+                    f"table): check the path"
+                )
             self._files = self._identify()
         except BaseException as exc:
             conn.close()

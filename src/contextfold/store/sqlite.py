@@ -79,10 +79,17 @@ _CHANNEL_SEP = "\x1f"
 
 class SQLiteStore(Store):
     """A store in one SQLite file (WAL). ``synchronous`` trades power-loss safety for speed:
-    ``"NORMAL"`` (default) survives a killed process, ``"FULL"`` also a power cut."""
+    ``"NORMAL"`` (default) survives a killed process, ``"FULL"`` also a power cut.
+    ``read_only``: the file must already hold a journal; nothing is created and every write
+    is refused (StoreUnavailableError when it is missing, StoreError on a write)."""
 
     def __init__(
-        self, path: str | Path, *, synchronous: str = "NORMAL", busy_timeout: float = 30.0
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "NORMAL",
+        busy_timeout: float = 30.0,
+        read_only: bool = False,
     ):
         self._db = SQLiteThread(
             str(path),
@@ -91,6 +98,8 @@ class SQLiteStore(Store):
             thread_name="contextfold-sqlite",
             synchronous=synchronous,
             busy_timeout=busy_timeout,
+            read_only=read_only,
+            required_table="cf_events",
         )
         self.path = self._db.path
         self.url = self._db.url

@@ -1,0 +1,217 @@
+"""What the read-only surfaces (the CLI and the HTTP API) answer about a journal, so that
+neither ever reports success on a mistake.
+
+A stream must hold events (else :class:`~contextfold.errors.UnknownStreamError` with the
+closest names the journal has), a cursor must name one of its events (else
+:class:`~contextfold.errors.UnknownCursorError`: the library's reads reset on it, a user
+typing one has made a mistake), and a verification says how many requests it checked.
+Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .context.rebuild import RequestDrift, RequestRecorded, verify_requests
+from .errors import CorruptEventError, UnknownCursorError, UnknownStreamError
+from .events import Event, StoredEvent
+from .store.base import MAX_LIMIT, StreamInfo, parse_cursor
+from .store.rows import CorruptRow, SkipCorrupt
+
+__all__ = [
+    "MAX_SUGGESTIONS",
+    "Progress",
+    "Verification",
+    "event_json",
+    "require_cursor",
+    "require_stream",
+    "verification_json",
+    "verify_stream",
+]
+
+MAX_SUGGESTIONS = 3
+"""Most stream names an unknown-stream error suggests."""
+
+Progress = Callable[[str, int, int], None]
+"""``progress(phase, position, version)``: called as a long read goes through a stream."""
+
+
+class _Journal(Protocol):
+    async def version(self, stream: str) -> int: ...
+
+    async def contains(self, stream: str, cursor: str) -> bool: ...
+
+    async def list_streams(
+        self, *, prefix: str | None = None, limit: int | None = None
+    ) -> tuple[StreamInfo, ...]: ...
+
+    def read_all(
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        types: Sequence[str | type[Event]] | None = None,
+        page_size: int = 1000,
+    ) -> AsyncIterator[StoredEvent]: ...
+
+
+def event_json(event: StoredEvent) -> dict[str, Any]:
+    """A stored event: coordinates, type, payload and meta. A payload that no longer
+    decodes is ``null`` with ``payload_error`` naming the row (a listing never fails on it)."""
+    body: dict[str, Any] = {
+        "position": event.position,
+        "global_position": event.global_position,
+        "cursor": event.cursor,
+        "type": event.type,
+    }
+    try:
+        body["payload"] = event.payload
+    except CorruptEventError as exc:
+        body["payload"] = None
+        body["payload_error"] = str(exc)
+    meta = event.meta
+    body["meta"] = {
+        "event_id": meta.event_id,
+        "time": meta.time,
+        "run_id": meta.run_id,
+        "actor": meta.actor,
+        "idempotency_key": meta.idempotency_key,
+        "channels": list(meta.channels),
+    }
+    return body
+
+
+async def require_stream(journal: _Journal, stream: str, *, where: str = "") -> int:
+    """The version of ``stream``; UnknownStreamError when it has no events, naming the
+    closest stream names (``where``, e.g. the journal URL, is added to the message)."""
+    version = await journal.version(stream)
+    if version:
+        return version
+    names = [info.stream for info in await journal.list_streams(limit=MAX_LIMIT)]
+    close = tuple(difflib.get_close_matches(stream, names, n=MAX_SUGGESTIONS, cutoff=0.6))
+    if close:
+        hint = f"did you mean {' or '.join(map(repr, close))}?"
+    elif names:
+        hint = "no stream has a close name"
+    else:
+        hint = "the journal holds no stream at all"
+    place = f" in {where}" if where else ""
+    raise UnknownStreamError(
+        f"no stream {stream!r}{place}: {hint}", stream=stream, suggestions=close
+    )
+
+
+async def require_cursor(journal: _Journal, stream: str, cursor: str) -> str:
+    """``cursor`` when it names an event of ``stream``; UnknownCursorError saying why not."""
+    if await journal.contains(stream, cursor):
+        return cursor
+    if parse_cursor(cursor) is None:
+        reason = "is not a cursor (a cursor is the number a read printed for an event)"
+    else:
+        reason = (
+            f"names no event of stream {stream!r} (a cursor of another stream or journal, "
+            "or the stream was deleted since)"
+        )
+    raise UnknownCursorError(
+        f"cursor {cursor[:80]!r} {reason}: pass a cursor read from this stream, or none "
+        "to read from its start",
+        stream=stream,
+        cursor=cursor,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The outcome of verifying a stream's recorded requests.
+
+    ``requests``: the recorded requests checked (each offset once, retries included in
+    it); ``drifts``: records whose rebuild differs or fails; ``corrupt``: rows that no
+    longer decode, left out of the rebuild as the folds leave them out.
+    """
+
+    stream: str
+    requests: int
+    drifts: tuple[RequestDrift, ...]
+    corrupt: tuple[CorruptRow, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True only when requests were checked and every one rebuilt byte for byte."""
+        return self.requests > 0 and not self.drifts and not self.corrupt
+
+
+class _Watched:
+    """A reader passing every event through, counting request records and reporting
+    progress as positions go by."""
+
+    def __init__(self, reader: SkipCorrupt, version: int, progress: Progress | None) -> None:
+        self._reader = reader
+        self._version = version
+        self._progress = progress
+        self.offsets: set[int] = set()
+
+    async def read_all(
+        self,
+        stream: str,
+        *,
+        after: str | None = None,
+        types: Sequence[str | type[Event]] | None = None,
+        page_size: int = 1000,
+    ) -> AsyncIterator[StoredEvent]:
+        phase = (
+            "reading request records"
+            if types is not None and tuple(types) == (RequestRecorded.event_type,)
+            else "rebuilding requests"
+        )
+        rows = self._reader.read_all(stream, after=after, types=types, page_size=page_size)
+        try:
+            async for event in rows:
+                if event.type == RequestRecorded.event_type:
+                    offset = event.payload.get("request_offset")
+                    if isinstance(offset, int):
+                        self.offsets.add(offset)
+                if self._progress is not None:
+                    self._progress(phase, event.position, self._version)
+                yield event
+        finally:
+            aclose = getattr(rows, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def verify_stream(
+    journal: _Journal, stream: str, *, where: str = "", progress: Progress | None = None
+) -> Verification:
+    """Verify every recorded request of ``stream`` (see
+    :func:`~contextfold.context.rebuild.verify_requests`), reading around corrupt rows.
+    Raises UnknownStreamError for a stream without events."""
+    version = await require_stream(journal, stream, where=where)
+    reader = SkipCorrupt(journal)
+    watched = _Watched(reader, version, progress)
+    drifts = await verify_requests(watched, stream)
+    return Verification(stream, len(watched.offsets), drifts, reader.corrupt)
+
+
+def verification_json(done: Verification) -> dict[str, Any]:
+    """A verification as JSON: ``ok`` only when requests were checked and none drifted."""
+    return {
+        "stream": done.stream,
+        "ok": done.ok,
+        "requests": done.requests,
+        "drifts": [
+            {
+                "request_offset": d.request_offset,
+                "recorded": d.recorded,
+                "rebuilt": d.rebuilt,
+                "error": d.error,
+            }
+            for d in done.drifts
+        ],
+        "corrupt": [
+            {"position": row.position, "type": row.type, "reason": row.reason}
+            for row in done.corrupt
+        ],
+    }
