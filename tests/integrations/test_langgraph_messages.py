@@ -243,7 +243,7 @@ async def test_in_an_async_graph_it_records_tool_calls_and_results() -> None:
             ("user", "call-1"),
         ]
         assert items[1].tool_calls == (  # type: ignore[attr-defined]
-            cf.ModelToolCall(id="call-1", name="add", arguments='{"a":1,"b":2}'),
+            cf.ToolCall(id="call-1", name="add", arguments='{"a":1,"b":2}'),
         )
         assert items[2].actor == cf.Actor(type="tool")  # type: ignore[attr-defined]
 

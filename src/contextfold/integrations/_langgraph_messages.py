@@ -40,17 +40,18 @@ from pydantic import ValidationError
 from pyrsistent import PSet, pset
 
 from ..canonical import sha256_hex
-from ..context.events import Actor, ContextAdded, ModelToolCall, Ref
+from ..context.events import Actor, ContextAdded, Ref
 from ..context.trust import is_trusted, trusted_extensions
 from ..errors import InvalidInputError
 from ..events import Envelope
 from ..folds.fold import Fold
 from ..folds.segmented import Segment, SegmentedFold, SegmentedState
 from ..journal import Journal, SyncJournal
-from ..store.base import check_stream
+from ..journal.encode import check_stream
 from ..views.strategies import drop_oldest, newest
 from ..views.tokens import approx_tokens
 from ..views.view import ContextView, check_budget
+from ..wire import ToolCall
 from ._journal_bridge import JournalBridge
 
 __all__ = [
@@ -279,7 +280,7 @@ def budget_messages(
 # -- recording --------------------------------------------------------------------------------
 
 _RECORDED: Fold[PSet[str]] = Fold(
-    "langgraph_recorded_messages", initial=lambda: pset(), compactable=False
+    "langgraph_recorded_messages", initial=lambda: pset(), checkpoints=False
 )
 
 
@@ -311,9 +312,9 @@ def _context_item(message: BaseMessage, ref: str) -> ContextAdded:
         )
     if isinstance(message, AIMessage):
         calls = tuple(
-            ModelToolCall(id=call["id"], name=call["name"], arguments=orjson.dumps(call["args"]))
-            for call in message.tool_calls
-            if call.get("id") and call.get("name")
+            ToolCall(id=c["id"], name=c["name"], arguments=orjson.dumps(c["args"]).decode())
+            for c in message.tool_calls
+            if c.get("id") and c.get("name")
         )
         return ContextAdded(
             role="assistant", content=text, actor=actor, tool_calls=calls, refs=refs
