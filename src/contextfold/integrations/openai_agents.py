@@ -1,0 +1,484 @@
+"""OpenAI Agents SDK sessions on the journal: :class:`JournalSession`, an SDK ``Session``.
+
+One stream per session, ``openai-agents/session/{session_id}`` (the id escaped: ``%``,
+``/``, whitespace and unprintable characters as ``%XX``), holding::
+
+    openai-agents/item-added          one per item, as the SDK gave it (add_items, one append)
+    openai-agents/item-retracted      pop_item: the newest item leaves the session
+    openai-agents/session-cleared     clear_session: every item before it leaves the session
+    openai-agents/session-compacted   the SDK's compaction, then the compacted items
+
+Nothing is ever deleted unless asked (``hard_clear``): the journal keeps every item the
+session had, and the SDK sees the effect. A fold over the stream keeps the live items
+with the unit each belongs to, so a warm ``get_items`` costs what it returns and a
+limited or budgeted read never splits a tool call from its output or a reasoning item
+from the item it belongs to (see :mod:`._openai_agents_session`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+from pydantic import ValidationError
+
+from ..canonical import check_json_value, sha256_hex
+from ..context.events import Actor
+from ..context.request import ItemHeader
+from ..context.trust import is_trusted, trusted_extensions
+from ..errors import (
+    InvalidInputError,
+    InvalidStreamNameError,
+    PayloadError,
+    StoreError,
+    WrongExpectedVersionError,
+)
+from ..events import Event
+from ..journal import Journal, SyncJournal
+from ..journal.encode import check_stream, check_text
+from ..views.view import check_budget
+from ._journal_bridge import JournalBridge
+from ._openai_agents_session import (
+    SESSION_FOLD,
+    ItemAdded,
+    ItemRetracted,
+    SessionCleared,
+    SessionCompacted,
+    SessionState,
+    StoredItem,
+    item_sha256,
+    newest_window,
+)
+
+try:
+    from agents.items import TResponseInputItem
+    from agents.memory import SessionSettings
+    from agents.memory import session as _sdk_session
+    from agents.memory import session_settings as _sdk_settings
+except ImportError as exc:  # pragma: no cover - exercised in a child process by the tests
+    raise ImportError(
+        "contextfold.integrations.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'contextfold[openai-agents]'"
+    ) from exc
+
+__all__ = [
+    "SESSION_FOLD",
+    "ItemAdded",
+    "ItemRetracted",
+    "JournalSession",
+    "SessionCleared",
+    "SessionCompacted",
+    "SessionState",
+    "SessionView",
+    "session_stream",
+]
+
+_ATTEMPTS = 16  # appends retried while only other writers' events move the stream
+# The SDK's atomic suffix replacement for its compaction (private there; absent in older
+# versions, where the SDK replaces the whole history through _atomic_replace_items).
+_Snapshot: Any = getattr(_sdk_session, "_CompactionSnapshot", None)
+
+ItemCounter = Callable[[TResponseInputItem], float]
+
+
+def _escape(part: str) -> str:
+    return "".join(
+        ch
+        if ch.isprintable() and not ch.isspace() and ch not in "%/"
+        else "".join(f"%{byte:02X}" for byte in ch.encode())
+        for ch in part
+    )
+
+
+def session_stream(session_id: str) -> str:
+    """The stream of a session. Raises InvalidInputError naming the session id at fault."""
+    if not isinstance(session_id, str):
+        raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
+    try:
+        return check_stream(
+            "openai-agents/session/" + _escape(check_text("session_id", session_id))
+        )
+    except InvalidStreamNameError as exc:
+        raise InvalidStreamNameError(
+            f"session_id {session_id!r:.80} makes no stream: {exc}"
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """What a read returns: the newest whole units that fit, oldest first."""
+
+    items: tuple[TResponseInputItem, ...]
+    tokens: float
+    """Tokens of ``items`` by the session's counter (⌈JSON length / 4⌉ by default)."""
+    dropped: int
+    """Live items older than the view, left out."""
+
+
+def _check_limit(limit: object) -> int | None:
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidInputError(f"limit must be an int >= 0 or None, got {limit!r}")
+    return limit
+
+
+def _check_budget(budget: object) -> float | None:
+    if budget is None:
+        return None
+    try:
+        return check_budget(budget)
+    except ValueError as exc:
+        raise InvalidInputError(str(exc)) from exc
+
+
+def _settings(value: object) -> SessionSettings:
+    if value is None:
+        return SessionSettings()
+    coerce = getattr(_sdk_settings, "coerce_session_settings", None)
+    if coerce is not None:
+        settings: SessionSettings = coerce(value)  # the SDK's own checks and messages
+    elif isinstance(value, SessionSettings):
+        settings = value
+    elif isinstance(value, dict):  # pragma: no cover - SDK versions without the coercion
+        settings = SessionSettings(**value)
+    else:  # pragma: no cover
+        raise InvalidInputError(f"session_settings must be SessionSettings, got {value!r:.80}")
+    _check_limit(settings.limit)
+    return settings
+
+
+def _key(*parts: object) -> str:
+    return "openai-agents:" + sha256_hex("\x1f".join(str(part) for part in parts))
+
+
+class JournalSession:
+    """An OpenAI Agents SDK session (``isinstance(s, agents.memory.Session)``) whose items
+    live on a journal stream: give it to ``Runner.run(..., session=...)``.
+
+    ``journal`` is a :class:`~contextfold.Journal` (async code) or a
+    :class:`~contextfold.SyncJournal` (also for ``Runner.run_sync``). ``stream`` overrides
+    :func:`session_stream`. ``session_settings`` are the SDK's (its ``limit`` is the
+    default item limit); ``budget`` a default token budget for every read, counted by
+    ``count_tokens(item)`` (default ⌈JSON length / 4⌉). ``hard_clear`` makes
+    ``clear_session`` delete the stream instead of appending a clear record.
+    Raises InvalidInputError for a bad argument.
+    """
+
+    def __init__(
+        self,
+        journal: Journal | SyncJournal,
+        session_id: str,
+        *,
+        stream: str | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        budget: float | None = None,
+        count_tokens: ItemCounter | None = None,
+        hard_clear: bool = False,
+    ) -> None:
+        self._bridge = JournalBridge(journal, what="JournalSession")
+        self.stream = session_stream(session_id) if stream is None else check_stream(stream)
+        self.session_id = session_id
+        self.session_settings: SessionSettings | None = _settings(session_settings)
+        self.budget = _check_budget(budget)
+        if count_tokens is not None and not callable(count_tokens):
+            raise InvalidInputError(f"count_tokens must be a function, got {count_tokens!r:.80}")
+        self.count_tokens = count_tokens
+        if not isinstance(hard_clear, bool):
+            raise InvalidInputError(f"hard_clear must be True or False, got {hard_clear!r}")
+        self.hard_clear = hard_clear
+        # add_items whose outcome is unknown (the store failed mid-append): digest -> the
+        # version it was made at, so the caller's retry is the same idempotent append.
+        self._unsettled: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<JournalSession {self.session_id!r} on {self.stream!r}>"
+
+    @property
+    def journal(self) -> Journal:
+        return self._bridge.journal
+
+    def _run(self, work: Callable[[], Awaitable[Any]]) -> Awaitable[Any]:
+        return self._bridge.arun(work)
+
+    async def _state(self) -> SessionState:
+        return await self.journal.fold(SESSION_FOLD, self.stream)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _counter(self) -> Callable[[StoredItem], float] | None:
+        count = self.count_tokens
+        if count is None:
+            return None
+
+        def counted(stored: StoredItem) -> float:
+            tokens = count(cast(TResponseInputItem, stored.decode()))
+            if (
+                isinstance(tokens, bool)
+                or not isinstance(tokens, (int, float))
+                or not math.isfinite(tokens)
+                or tokens < 0
+            ):
+                raise InvalidInputError(
+                    f"count_tokens returned {tokens!r} for the item at {self.stream}"
+                    f"@{stored.position}: it must return a finite number >= 0"
+                )
+            return float(tokens)
+
+        return counted
+
+    async def view(self, *, limit: int | None = None, budget: float | None = None) -> SessionView:
+        """The newest whole units with at most ``limit`` items (default: the session
+        settings' limit) and at most ``budget`` tokens (default: the session's budget).
+        A unit that does not fit is left out whole: the limit rounds down to whole units.
+        Raises InvalidInputError for a bad limit or budget."""
+        settings = self.session_settings
+        chosen = _check_limit(
+            limit if limit is not None else (settings.limit if settings else None)
+        )
+        tokens = _check_budget(budget if budget is not None else self.budget)
+        state = await self._run(self._state)
+        window = newest_window(state, limit=chosen, budget=tokens, count=self._counter())
+        items = tuple(
+            cast(TResponseInputItem, state.items[index].decode())
+            for index in range(window.start, state.length)
+        )
+        return SessionView(items, window.tokens, window.start)
+
+    async def get_items(
+        self, limit: int | None = None, *, budget: float | None = None
+    ) -> list[TResponseInputItem]:
+        """The session's newest items, oldest first (see :meth:`view`): all of them
+        without a limit or budget."""
+        return list((await self.view(limit=limit, budget=budget)).items)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _events(self, items: object) -> list[Event]:
+        if not isinstance(items, (list, tuple)):
+            raise InvalidInputError(
+                f"session {self.session_id!r}: add_items takes a list of items, "
+                f"got {type(items).__name__}"
+            )
+        events: list[Event] = []
+        for index, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise InvalidInputError(
+                    f"session {self.session_id!r}: items[{index}] is a {type(item).__name__}, "
+                    "not an input item (a dict)"
+                )
+            try:
+                check_json_value(item, where=f"items[{index}]")
+            except ValueError as exc:
+                raise PayloadError(f"session {self.session_id!r}: {exc}") from exc
+            events.append(ItemAdded(item=item))
+        return events
+
+    async def _append(
+        self,
+        events: Sequence[Event],
+        key: Callable[[int], str] | None,
+        *,
+        base: int | None = None,
+        remake: Callable[[SessionState], Sequence[Event] | None] | None = None,
+    ) -> SessionState:
+        """Append at the session's current version (its own newest event): retried while
+        only other writers' events moved the stream, remade by ``remake`` (None: give
+        up) when the session itself changed. Returns the state appended on."""
+        state = await self._state()
+        own = state.last_position if base is None else base
+        expected = own
+        for _ in range(_ATTEMPTS):
+            try:
+                await self.journal.append(
+                    self.stream,
+                    events,
+                    expected_version=expected,
+                    idempotency_key=key(own) if key is not None else None,
+                )
+                return state
+            except WrongExpectedVersionError as exc:
+                state = await self._state()  # read after the refusal: sees its cause
+                if state.last_position == own:
+                    expected = exc.actual
+                    continue
+                if remake is None:
+                    raise
+                remade = remake(state)
+                if remade is None:
+                    return state
+                events, own, expected = remade, state.last_position, state.last_position
+        raise StoreError(f"stream {self.stream!r} moved under {_ATTEMPTS} appends in a row")
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append ``items`` as one atomic append, idempotent: the key is derived from the
+        items and the session version they were added at, so a retry of a call whose
+        outcome was lost writes nothing twice. Raises InvalidInputError (PayloadError)
+        naming the item at fault; nothing is stored then."""
+        events = self._events(items)
+        if not events:
+            return
+        digest = sha256_hex(orjson.dumps(list(items)))
+
+        def key(version: int) -> str:
+            return _key("add", self.stream, version, digest)
+
+        async def add() -> None:
+            base = self._unsettled.pop(digest, None)
+            try:
+                await self._append(events, key, base=base, remake=lambda state: events)
+            except StoreError as exc:
+                if not isinstance(exc, WrongExpectedVersionError):
+                    self._unsettled[digest] = base if base is not None else -1
+                raise
+
+        await self._run(add)
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Retract the newest item and return it (None when the session is empty): an
+        ``item-retracted`` record appended at the version read, never a deletion."""
+
+        async def pop() -> TResponseInputItem | None:
+            state = await self._state()
+            for _ in range(_ATTEMPTS):
+                if not state.length:
+                    return None
+                newest = state.item(state.length - 1)
+                sha = item_sha256(newest)
+                event = ItemRetracted(position=newest.position, sha256=sha)
+                try:
+                    await self.journal.append(
+                        self.stream,
+                        event,
+                        expected_version=state.last_position,
+                        idempotency_key=_key("pop", self.stream, newest.position, sha),
+                    )
+                    return cast(TResponseInputItem, newest.decode())
+                except WrongExpectedVersionError as exc:
+                    fresh = await self._state()
+                    if fresh.last_position == state.last_position:
+                        await self._append([event], None, base=exc.actual)
+                        return cast(TResponseInputItem, newest.decode())
+                    state = fresh
+            raise StoreError(f"stream {self.stream!r} moved under {_ATTEMPTS} pops in a row")
+
+        result: TResponseInputItem | None = await self._run(pop)
+        return result
+
+    async def clear_session(self, *, hard: bool | None = None) -> None:
+        """Empty the session: a ``session-cleared`` record (the journal keeps the items),
+        or with ``hard`` (default: the session's ``hard_clear``) the stream deleted."""
+        if hard is not None and not isinstance(hard, bool):
+            raise InvalidInputError(f"hard must be True, False or None, got {hard!r}")
+
+        async def clear() -> None:
+            self._unsettled.clear()
+            if self.hard_clear if hard is None else hard:
+                await self.journal.delete_stream(self.stream)
+                return
+            state = await self._state()
+            if state.length:
+                await self.journal.append(self.stream, SessionCleared(items=state.length))
+
+        await self._run(clear)
+
+    async def add_untrusted(
+        self, content: str, *, actor: str, id: str | None = None, origin: str | None = None
+    ) -> TResponseInputItem:
+        """Add content from an untrusted source (a webhook, a chat, an email) as user
+        input, whatever it claims to be: its first line is contextfold's item header
+        naming the actor (``@<position> actor=email actor_id="..."``), then the content.
+        The record keeps the actor. Returns the item added. Raises InvalidInputError for
+        a trusted or malformed actor type, or content that is not text."""
+        if not isinstance(content, str):
+            raise InvalidInputError(
+                f"add_untrusted takes the content as text, got {type(content).__name__}"
+            )
+        try:
+            source = Actor(type=actor, id=id, origin=origin)
+        except ValidationError as exc:
+            raise InvalidInputError(f"add_untrusted: {exc.errors()[0]['msg']}") from exc
+        if is_trusted(source, trusted_extensions()):
+            raise InvalidInputError(
+                f"add_untrusted: actor type {actor!r} is trusted; name the untrusted source "
+                "(webhook, slack, telegram, email, github, http, …)"
+            )
+
+        def event(position: int) -> ItemAdded:
+            header = ItemHeader(offset=position, actor=source.type, actor_id=source.id)
+            item = {"role": "user", "content": f"{header.render()}\n{content}"}
+            return ItemAdded(item=item, actor=source)
+
+        async def add() -> ItemAdded:
+            version = await self.journal.version(self.stream)
+            for _ in range(_ATTEMPTS):
+                made = event(version + 1)  # the position it gets: appended at that version
+                key = _key("untrusted", self.stream, version, source.type, source.id, content)
+                try:
+                    await self.journal.append(
+                        self.stream, made, expected_version=version, idempotency_key=key
+                    )
+                    return made
+                except WrongExpectedVersionError as exc:
+                    version = exc.actual
+            raise StoreError(f"stream {self.stream!r} moved under {_ATTEMPTS} appends in a row")
+
+        added: ItemAdded = await self._run(add)
+        return cast(TResponseInputItem, dict(added.item))
+
+    # -- the SDK's compaction (OpenAIResponsesCompactionSession) ------------------------------
+
+    def _compaction(
+        self, replaces_from: int | None, replaced: int, items: Sequence[TResponseInputItem]
+    ) -> list[Event]:
+        added = self._events(list(items))
+        marker = SessionCompacted(replaces_from=replaces_from, replaced=replaced, items=len(added))
+        return [marker, *added]
+
+    async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
+        """The compaction session's whole-history replacement, as one append: a
+        ``session-compacted`` record, then the compacted items."""
+
+        async def replace() -> bool:
+            state = await self._state()
+            await self.journal.append(self.stream, self._compaction(None, state.length, items))
+            return True
+
+        done: bool = await self._run(replace)
+        return done
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[TResponseInputItem], bool] | None = None
+    ) -> Any:
+        """The compaction session's bounded snapshot: the newest ``limit`` items exactly, and
+        a replacement of a suffix of them that is appended at the version read, so it
+        applies only to the history it saw (else it reports False and changes nothing).
+        None (the SDK then checks the complete history) when this SDK has no snapshots or
+        when asked to prune older items, which an append-only session does not do."""
+        if _Snapshot is None or prune_prefix is not None:
+            return None
+        count = _check_limit(limit)
+        state: SessionState = await self._run(self._state)
+        start = max(0, state.length - (count or 0))
+        window = [state.items[index] for index in range(start, state.length)]
+
+        async def replace_suffix(first: int, output: list[TResponseInputItem]) -> bool:
+            if not 0 <= first < len(window):
+                return False
+            events = self._compaction(window[first].position, len(window) - first, output)
+
+            async def replace() -> bool:
+                await self._append(events, None, base=state.last_position)
+                return True
+
+            try:
+                done: bool = await self._run(replace)
+            except WrongExpectedVersionError:
+                return False  # the session changed since the snapshot: nothing replaced
+            return done
+
+        items = [cast(TResponseInputItem, stored.decode()) for stored in window]
+        return _Snapshot(items, start == 0, replace_suffix)
