@@ -1,21 +1,37 @@
-"""The journal API: opening retries after a failure, and the sync facade mirrors the async one."""
+"""The journal API: every argument checked before a store sees it, opening retries after a
+failure, and the sync facade mirrors the async one, signature for signature."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import inspect
+import math
 import signal
 import threading
+from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import contextfold as cf
-from contextfold.errors import StoreUnavailableError
+from contextfold.errors import (
+    InvalidCursorError,
+    InvalidInputError,
+    InvalidStreamNameError,
+    PayloadError,
+    StoreUnavailableError,
+)
 from contextfold.journal import Journal, SyncJournal
-from contextfold.store.base import ReadResult, TailReset
+from contextfold.journal.encode import MAX_BATCH
+from contextfold.store.base import MAX_LIMIT, ReadResult, TailReset
+from contextfold.store.contract import ABSURD_CURSORS
 from contextfold.store.memory import MemoryStore
+from contextfold.store.sqlite import SQLiteStore
+from contextfold.store.urls import open_store
+
+LONE_SURROGATES: tuple[str, ...] = ("\ud800", "\udfff", "ok\udbffend")
 
 
 class Note(cf.Event, type="test-journal/note"):
@@ -61,11 +77,25 @@ def test_the_sync_journal_has_every_public_method_of_the_async_one() -> None:
         if not name.startswith("_")
         and (inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member))
     }
-    assert {"append", "rebuild_request", "contains", "head", "subscribe"} <= coroutines
-    # prepare and folds are loop-free helpers, reachable as sync_journal.journal.prepare/.folds.
-    assert _public(Journal) - {"prepare", "folds"} <= _public(SyncJournal)
+    assert {"append", "rebuild_request", "checkpoint", "compact", "subscribe"} <= coroutines
+    # folds is the loop-free fold reader, reachable as sync_journal.journal.folds.
+    assert _public(Journal) - {"folds"} <= _public(SyncJournal)
     for name in coroutines:
         assert not inspect.iscoroutinefunction(getattr(SyncJournal, name)), name
+
+
+def test_each_sync_method_takes_exactly_the_arguments_of_the_async_one() -> None:
+    """Real signatures, not ``**kwargs``: mypy checks every call of the sync facade."""
+    for name, member in vars(Journal).items():
+        if name.startswith("_") or not callable(member):
+            continue
+        asynchronous = inspect.signature(member).parameters
+        synchronous = inspect.signature(getattr(SyncJournal, name)).parameters
+        assert [(p.name, p.kind, p.default, p.annotation) for p in asynchronous.values()] == [
+            (p.name, p.kind, p.default, p.annotation) for p in synchronous.values()
+        ], name
+        kinds = {p.kind for p in synchronous.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, name
 
 
 def test_the_sync_journal_calls_through() -> None:
@@ -126,7 +156,7 @@ def test_an_interrupted_sync_tail_raises_the_interrupt_and_ends_on_the_loop() ->
             with pytest.raises(Interrupted):  # not a RuntimeError from closing a running tail
                 next(tail)
             helper.join()
-            assert not store._wakeups._waiters  # the tail ended on the loop, not polling on
+            assert not store.wakeups._waiters  # the tail ended on the loop, not polling on
     finally:
         signal.signal(signal.SIGUSR1, previous)
 
@@ -182,3 +212,217 @@ def test_the_sync_tail_passes_resets_through() -> None:
             tail.close()  # type: ignore[attr-defined]
     assert first == TailReset("s", gone)
     assert isinstance(second, cf.StoredEvent) and second.payload == {"text": "new"}
+
+
+# -- every argument is checked by the journal, before any store sees it ---------------------------
+
+
+class CountingStore(MemoryStore):
+    """A memory store that records each call reaching it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    async def append(self, *args: Any, **kwargs: Any) -> cf.AppendResult:
+        self.calls.append("append")
+        return await super().append(*args, **kwargs)
+
+    async def read(self, *args: Any, **kwargs: Any) -> ReadResult:
+        self.calls.append("read")
+        return await super().read(*args, **kwargs)
+
+    async def latest(self, *args: Any, **kwargs: Any) -> tuple[cf.StoredEvent, ...]:
+        self.calls.append("latest")
+        return await super().latest(*args, **kwargs)
+
+    async def contains(self, *args: Any, **kwargs: Any) -> bool:
+        self.calls.append("contains")
+        return await super().contains(*args, **kwargs)
+
+    async def version(self, *args: Any, **kwargs: Any) -> int:
+        self.calls.append("version")
+        return await super().version(*args, **kwargs)
+
+    async def delete_stream(self, *args: Any, **kwargs: Any) -> bool:
+        self.calls.append("delete_stream")
+        return await super().delete_stream(*args, **kwargs)
+
+    async def list_streams(self, *args: Any, **kwargs: Any) -> tuple[cf.StreamInfo, ...]:
+        self.calls.append("list_streams")
+        return await super().list_streams(*args, **kwargs)
+
+
+async def _refused(
+    store: CountingStore, calls: list[tuple[str, Awaitable[Any], type[Exception]]]
+) -> None:
+    """Each call raises its error naming what is wrong, and none reaches the store."""
+    before = list(store.calls)
+    for words, call, error in calls:
+        with pytest.raises(error) as info:
+            await call
+        assert str(info.value).startswith(words), (words, str(info.value))
+    assert store.calls == before, "a bad call reached the store"
+
+
+async def test_bad_events_and_names_are_refused_and_nothing_is_lost() -> None:
+    store = CountingStore()
+    j = Journal(store)
+    await j.append("s", cf.RawEvent("e", {"keep": True}))
+    e = cf.RawEvent("e", {})
+    big = "y" * (j.max_payload_bytes + 1)
+    await _refused(
+        store,
+        [
+            ("stream name", j.append("", e), InvalidStreamNameError),
+            ("stream name", j.append(" s", e), InvalidStreamNameError),
+            ("stream name", j.append("a\nb", e), InvalidStreamNameError),
+            ("stream name", j.append("x" * 600, e), InvalidStreamNameError),
+            ("stream name", j.append(7, e), InvalidStreamNameError),  # type: ignore[arg-type]
+            (
+                "events[1] (e) payload",
+                j.append("s", [e, cf.RawEvent("e", {"x": math.nan})]),
+                PayloadError,
+            ),
+            (
+                "events[0] (e) payload",
+                j.append("s", cf.RawEvent("e", {"f": math.inf})),
+                PayloadError,
+            ),
+            (
+                "events[0] (e) payload",
+                j.append("s", cf.RawEvent("e", {"o": object()})),
+                PayloadError,
+            ),
+            (
+                "events[0] (e) payload",
+                j.append("s", cf.RawEvent("e", {"big": 2**70})),
+                PayloadError,
+            ),
+            ("events[0] (e) payload", j.append("s", cf.RawEvent("e", {1: "key"})), PayloadError),
+            (
+                "events[0] (e): payload is",
+                j.append("s", cf.RawEvent("e", {"x": big})),
+                PayloadError,
+            ),
+            (
+                "events[0]: raw event type",
+                j.append("s", cf.RawEvent("bad type", {})),
+                InvalidInputError,
+            ),
+            ("events[1] is a dict", j.append("s", [e, {"type": "e"}]), InvalidInputError),  # type: ignore[list-item]
+            ("append to 's' got no events", j.append("s", []), InvalidInputError),
+            ("append to 's' got 10001", j.append("s", [e] * (MAX_BATCH + 1)), InvalidInputError),
+            ("expected_version", j.append("s", e, expected_version=-1), InvalidInputError),
+            ("expected_version", j.append("s", e, expected_version=True), InvalidInputError),
+            ("idempotency_key", j.append("s", e, idempotency_key=""), InvalidInputError),
+            ("run_id", j.append("s", e, run_id="a\x00b"), InvalidInputError),
+            ("channel ''", j.append("s", e, channels=("main", "")), InvalidInputError),
+        ],
+    )
+    assert [ev.payload for ev in (await j.read("s")).events] == [{"keep": True}]
+    await j.close()
+
+
+async def test_limits_out_of_bounds_are_refused_naming_the_argument() -> None:
+    store = CountingStore()
+    j = Journal(store)
+    await j.append("s", [cf.RawEvent("e", {"i": i}) for i in range(3)])
+    for bad in (0, -1, MAX_LIMIT + 1, 2**63, 2**70, True, 1.5, "2"):
+        words = f"limit must be an int from 1 to {MAX_LIMIT}, got {bad!r}"
+        await _refused(
+            store,
+            [
+                (words, j.read("s", limit=bad), InvalidInputError),  # type: ignore[arg-type]
+                (words, j.latest("s", ["e"], limit=bad), InvalidInputError),  # type: ignore[arg-type]
+                (words, j.list_streams(limit=bad), InvalidInputError),  # type: ignore[arg-type]
+                ("page_size", anext(j.read_all("s", page_size=bad)), InvalidInputError),  # type: ignore[arg-type]
+            ],
+        )
+    assert len((await j.read("s", limit=MAX_LIMIT)).events) == 3  # the bounds themselves pass
+    assert [ev.position for ev in (await j.read("s", limit=1)).events] == [1]
+    await j.close()
+
+
+async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
+    store = CountingStore()
+    j = Journal(store)
+    await j.append("s", cf.RawEvent("e", {"keep": True}))
+    ok = cf.RawEvent("e", {})
+    for bad in LONE_SURROGATES:
+        await _refused(
+            store,
+            [
+                ("stream name", j.append("s" + bad, ok), InvalidInputError),
+                ("stream name", j.read(bad), InvalidInputError),
+                ("stream name", j.version(bad), InvalidInputError),
+                ("stream name", j.delete_stream(bad), InvalidInputError),
+                ("run_id", j.append("s", ok, run_id=bad), InvalidInputError),
+                ("actor", j.append("s", ok, actor=bad), InvalidInputError),
+                ("idempotency_key", j.append("s", ok, idempotency_key=bad), InvalidInputError),
+                ("channels[1]", j.append("s", ok, channels=("main", bad)), InvalidInputError),
+                ("prefix", j.list_streams(prefix=bad), InvalidInputError),
+                ("types[1]", j.read("s", types=["e", bad]), InvalidInputError),
+                ("types[0]", j.latest("s", [bad]), InvalidInputError),
+                ("stream name", anext(j.subscribe(bad)), InvalidInputError),
+            ],
+        )
+        with pytest.raises(InvalidInputError, match=r"^namespace .*surrogate"):
+            j.with_namespace("ns" + bad)
+    assert [ev.payload for ev in (await j.read("s")).events] == [{"keep": True}]
+    await j.close()
+
+
+async def test_a_cursor_that_is_not_a_str_is_refused_and_an_unknown_one_resets() -> None:
+    store = CountingStore()
+    j = Journal(store)
+    done = await j.append("s", cf.RawEvent("e", {}))
+    await _refused(
+        store,
+        [
+            ("after must be a str", j.read("s", after=7), InvalidCursorError),  # type: ignore[arg-type]
+            ("before must be a str", j.latest("s", ["e"], before=7), InvalidCursorError),  # type: ignore[arg-type]
+            ("cursor must be a str", j.contains("s", None), InvalidCursorError),  # type: ignore[arg-type]
+            ("after must be a str", anext(j.subscribe("s", after=b"1")), InvalidCursorError),  # type: ignore[call-overload]
+        ],
+    )
+    for cursor in ABSURD_CURSORS:  # a str no store handed out: an unknown cursor, not an error
+        page = await j.read("s", after=cursor)
+        assert page.reset and [ev.cursor for ev in page.events] == [done.cursor]
+    await j.close()
+
+
+async def test_a_tail_without_resets_follows_the_new_history_silently() -> None:
+    """The default tail yields only events: the journal drops the store's TailReset."""
+    j = cf.open_journal("memory://")
+    first = await j.append("s", cf.RawEvent("e", {"gen": 1}))
+    tail = j.subscribe("s", after=first.cursor, poll_interval=0.02)
+    try:
+        await j.delete_stream("s")
+        await j.append("s", [cf.RawEvent("e", {"gen": 2}), cf.RawEvent("e", {"gen": 3})])
+        async with asyncio.timeout(10):
+            got = [await anext(tail), await anext(tail)]
+    finally:
+        await tail.aclose()  # type: ignore[attr-defined]
+    assert [(ev.position, ev.payload["gen"]) for ev in got] == [(1, 2), (2, 3)]
+    await j.close()
+
+
+def test_the_journal_options_are_checked() -> None:
+    with pytest.raises(InvalidInputError, match="max_payload_bytes must be a positive int"):
+        Journal(MemoryStore(), max_payload_bytes=0)
+    with pytest.raises(InvalidInputError, match="namespace must be a non-empty str"):
+        Journal(MemoryStore(), namespace="")
+
+
+def test_a_url_names_its_store_and_the_memory_store_takes_no_options(tmp_path: Path) -> None:
+    assert isinstance(open_store("memory://"), MemoryStore)
+    assert isinstance(open_store(f"sqlite:///{tmp_path}/j.db"), SQLiteStore)
+    with pytest.raises(
+        InvalidInputError, match="the memory store takes no options, got synchronous"
+    ):
+        open_store("memory://", synchronous="FULL")
+    with pytest.raises(InvalidInputError, match="unknown journal URL 'mysql://x'"):
+        cf.open_journal("mysql://x")
+    journal = cf.open_journal(f"sqlite:///{tmp_path}/k.db", synchronous="FULL", namespace="n")
+    assert journal.namespace == "n" and journal.url.endswith("k.db")

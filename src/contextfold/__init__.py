@@ -30,11 +30,12 @@ from .context import (
 from .context.rebuild import RequestDrift, RequestRecorded, rebuild_request, verify_requests
 from .errors import (
     BusOverflowError,
+    CheckpointError,
+    CompactionError,
     ConflictError,
     ContextfoldError,
     CorruptEventError,
     EventDefinitionError,
-    FoldCompactionError,
     FoldDefinitionError,
     IdempotencyConflictError,
     InvalidCursorError,
@@ -53,7 +54,7 @@ from .errors import (
 from .events import Envelope, Event, EventMeta, NewEvent, RawEvent, StoredEvent, event_class
 from .folds import Fold, FrozenDict, FrozenList, Segment, SegmentedFold, SegmentedState
 from .folds.reader import FoldCache, Skipped
-from .journal import Journal, SyncJournal, open_journal, open_journal_sync
+from .journal import CompactionResult, Journal, SyncJournal, open_journal, open_journal_sync
 from .render.api import render
 from .render.envelope import Layer, Manifest, TurnEvent, coalesce, compile_turn
 from .render.neutral import (
@@ -88,7 +89,6 @@ from .runtime import (
 )
 from .store.base import AppendResult, ReadResult, Store, StreamInfo
 from .views import (
-    CompactResult,
     ContextView,
     SplitResult,
     StrategyContext,
@@ -114,8 +114,10 @@ __all__ = [
     "AnthropicModel",
     "AppendResult",
     "BusOverflowError",
-    "CompactResult",
+    "CheckpointError",
+    "CompactionError",
     "CompactionMeta",
+    "CompactionResult",
     "ConflictError",
     "ContextAdded",
     "ContextItem",
@@ -129,7 +131,6 @@ __all__ = [
     "FileAttachment",
     "Fold",
     "FoldCache",
-    "FoldCompactionError",
     "FoldDefinitionError",
     "FrozenDict",
     "FrozenList",

@@ -18,7 +18,8 @@ Every error names what was at fault (stream, position, field, fold) and what to 
     │   ├── StoreFileMovedError     the SQLite file was moved or deleted while open
     │   └── StoreUnavailableError   the backend could not be reached or is closed
     ├── FoldDefinitionError
-    ├── FoldCompactionError
+    ├── CheckpointError             a fold's state could not be replaced by a checkpoint
+    ├── CompactionError             a fold could not be compacted (summarized)
     ├── RenderError
     ├── RebuildError                a recorded request cannot be rebuilt
     ├── UnknownStreamError          a read-only surface was asked for a stream with no events
@@ -30,11 +31,12 @@ from __future__ import annotations
 
 __all__ = [
     "BusOverflowError",
+    "CheckpointError",
+    "CompactionError",
     "ConflictError",
     "ContextfoldError",
     "CorruptEventError",
     "EventDefinitionError",
-    "FoldCompactionError",
     "FoldDefinitionError",
     "IdempotencyConflictError",
     "InvalidCursorError",
@@ -149,10 +151,25 @@ class FoldDefinitionError(ContextfoldError, TypeError):
     """A fold or segmented fold is ill-defined (bad name, duplicate or missing handlers)."""
 
 
-class FoldCompactionError(ContextfoldError):
-    """A compaction could not be done; nothing was published.
+class CheckpointError(ContextfoldError):
+    """A fold's state could not be replaced by a checkpoint; nothing was stored.
 
-    ``reason`` is ``"unsupported"``, ``"invalid-state"`` or ``"summarize-failed"``.
+    ``reason`` is ``"unsupported"`` (the fold takes no checkpoints), ``"invalid-state"``
+    (the new state does not fit the fold's schema) or ``"next-failed"`` (the function
+    making the new state raised: it is the ``__cause__``).
+    """
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class CompactionError(ContextfoldError):
+    """A fold could not be compacted (its older history summarized); nothing was stored.
+
+    ``reason`` is ``"unsupported"`` (the fold does not compact this way: the message says
+    what does), ``"summarize-failed"`` (the summarizer raised: it is the ``__cause__``) or
+    ``"invalid-state"`` (the summary does not fit the fold's summary schema).
     """
 
     def __init__(self, message: str, *, reason: str) -> None:

@@ -227,7 +227,7 @@ def test_fold_is_registered_for_the_context_events() -> None:
         ToolCallResult.event_type,  # read only to verify the result item right after it
     }
     assert AgentContext.initial_state() == AgentContextState()
-    assert not AgentContext.can_compact  # compacts by cutoff only, never by checkpoint
+    assert not AgentContext.can_checkpoint  # compacts by cutoff only, never by checkpoint
 
 
 def test_state_round_trips_through_the_fold_checkpoint_codec() -> None:

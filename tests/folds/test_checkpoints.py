@@ -1,4 +1,4 @@
-"""Compaction checkpoints: compact(next), restoring, ignoring unusable checkpoints, races."""
+"""Checkpoints: journal.checkpoint(fold, stream, next), restoring, ignoring unusable ones, races."""
 
 from __future__ import annotations
 
@@ -97,11 +97,11 @@ async def cold(store: cf.Store, fold: FoldBase[Any], stream: str = "s") -> objec
 # -- round trip --------------------------------------------------------------------------------
 
 
-async def test_compact_next_round_trip(store: RecordingStore) -> None:
+async def test_checkpoint_next_round_trip(store: RecordingStore) -> None:
     journal = cf.Journal(store)
     fold = chat_fold()
     appended = await journal.append("s", [Said(text="a"), Said(text="b"), Said(text="c")])
-    compacted = await journal.compact(fold, "s", summarize_all_but(1))
+    compacted = await journal.checkpoint(fold, "s", summarize_all_but(1))
     assert compacted == Chat(summary="summary: |a,b", turns=(Turn(text="c"),))
     assert await journal.fold(fold, "s") == compacted
     assert await cold(store, fold) == compacted
@@ -121,7 +121,7 @@ async def test_compact_next_round_trip(store: RecordingStore) -> None:
     assert await cold(store, fold) == after
 
 
-async def test_compact_next_may_be_async_and_gets_the_read_state(store: RecordingStore) -> None:
+async def test_checkpoint_next_may_be_async_and_gets_the_read_state(store: RecordingStore) -> None:
     journal = cf.Journal(store)
     fold = chat_fold()
     await journal.append("s", [Said(text="a"), Said(text="b")])
@@ -132,15 +132,15 @@ async def test_compact_next_may_be_async_and_gets_the_read_state(store: Recordin
         await asyncio.sleep(0)
         return Chat(summary="async", turns=())
 
-    assert await journal.compact(fold, "s", next_state) == Chat(summary="async")
+    assert await journal.checkpoint(fold, "s", next_state) == Chat(summary="async")
     assert texts(seen[0]) == ["a", "b"]
     assert await cold(store, fold) == Chat(summary="async")
 
 
-async def test_compact_on_an_empty_stream(store: RecordingStore) -> None:
+async def test_checkpoint_on_an_empty_stream(store: RecordingStore) -> None:
     journal = cf.Journal(store)
     fold = chat_fold()
-    assert await journal.compact(fold, "s", lambda s: Chat(summary="nothing yet")) == Chat(
+    assert await journal.checkpoint(fold, "s", lambda s: Chat(summary="nothing yet")) == Chat(
         summary="nothing yet"
     )
     await journal.append("s", Said(text="a"))
@@ -156,9 +156,9 @@ async def test_a_cold_read_restores_the_newest_checkpoint(store: RecordingStore)
     journal = cf.Journal(store)
     fold = chat_fold()
     await journal.append("s", [Said(text="a"), Said(text="b")])
-    await journal.compact(fold, "s", summarize_all_but(0, "first"))
+    await journal.checkpoint(fold, "s", summarize_all_but(0, "first"))
     through = (await journal.append("s", [Said(text="c"), Said(text="d")])).cursor
-    second = await journal.compact(fold, "s", summarize_all_but(1, "second"))
+    second = await journal.checkpoint(fold, "s", summarize_all_but(1, "second"))
     await journal.append("s", Said(text="e"))
     expected = second.model_copy(update={"turns": (*second.turns, Turn(text="e"))})
     assert await journal.fold(fold, "s") == expected
@@ -176,7 +176,7 @@ async def test_a_warm_read_rebases_on_a_checkpoint_another_journal_wrote(
     fold = chat_fold()
     await reader_journal.append("s", [Said(text="a"), Said(text="b")])
     assert texts(await reader_journal.fold(fold, "s")) == ["a", "b"]
-    compacted = await writer_journal.compact(fold, "s", summarize_all_but(1))
+    compacted = await writer_journal.checkpoint(fold, "s", summarize_all_but(1))
     assert await reader_journal.fold(fold, "s") == compacted
 
 
@@ -186,11 +186,11 @@ async def test_a_checkpoint_of_another_version_is_ignored(store: RecordingStore)
     await journal.append("s", [Said(text="a"), Said(text="b")])
     assert texts(await journal.fold(v2, "s")) == ["a", "b"]  # v2 cached (warm) from here
 
-    compacted_v1 = await journal.compact(v1, "s", summarize_all_but(0, "v1"))
+    compacted_v1 = await journal.checkpoint(v1, "s", summarize_all_but(0, "v1"))
     assert await journal.fold(v2, "s") == Chat(turns=(Turn(text="a"), Turn(text="b")))
     assert await cold(store, v2) == Chat(turns=(Turn(text="a"), Turn(text="b")))
 
-    compacted_v2 = await journal.compact(v2, "s", summarize_all_but(0, "v2"))
+    compacted_v2 = await journal.checkpoint(v2, "s", summarize_all_but(0, "v2"))
     assert await journal.fold(v1, "s") == compacted_v1
     assert await cold(store, v1) == compacted_v1
     assert await cold(store, v2) == compacted_v2
@@ -203,7 +203,7 @@ async def test_a_checkpoint_with_an_unknown_through_is_ignored_and_reported(
     journal = cf.Journal(store)
     fold = chat_fold()
     await journal.append("s", [Said(text="a"), Said(text="b")])
-    good = await journal.compact(fold, "s", summarize_all_but(1))
+    good = await journal.checkpoint(fold, "s", summarize_all_but(1))
     other_stream_cursor = (await journal.append("elsewhere", Said(text="x"))).cursor
     bad = await journal.append(
         "s",
@@ -233,7 +233,7 @@ async def test_a_checkpoint_that_no_longer_decodes_is_ignored_and_reported(
 ) -> None:
     old_journal = cf.Journal(store)
     await old_journal.append("s", [Said(text="a"), Said(text="b")])
-    await old_journal.compact(chat_fold(), "s", summarize_all_but(0))
+    await old_journal.checkpoint(chat_fold(), "s", summarize_all_but(0))
     await old_journal.append("s", Said(text="c"))
 
     # The state's schema changed without a version bump: the checkpoint is skipped and the
@@ -257,7 +257,7 @@ async def test_a_checkpoint_that_no_longer_decodes_is_ignored_and_reported(
     assert [s.reason for s in journal.folds.skipped] == ["checkpoint", "checkpoint"]
 
     # The next compaction writes a checkpoint that decodes: from then on it is used.
-    compacted = await journal.compact(
+    compacted = await journal.checkpoint(
         changed, "s", lambda s: ChatV2(summary="new shape", turns=(), count=s.count)
     )
     assert compacted == ChatV2(summary="new shape", count=3)
@@ -275,7 +275,7 @@ async def test_a_checkpoint_of_a_deleted_history_is_ignored(store: RecordingStor
         await journal.append("s", Said(text="new-a"))
         return Chat(summary="summary of the old history")
 
-    result = await journal.compact(fold, "s", next_state)
+    result = await journal.checkpoint(fold, "s", next_state)
     assert result == Chat(turns=(Turn(text="new-a"),))
     assert await cold(store, fold) == result
     assert [s.reason for s in journal.folds.skipped] == ["checkpoint"]
@@ -305,7 +305,7 @@ async def test_a_history_deleted_again_during_a_reset_read_is_read_from_its_star
     await journal.fold(fold, "s")  # cached, with a cursor of the first history
     await journal.delete_stream("s")
     await journal.append("s", [Said(text="second-a"), Said(text="second-b")])
-    await cf.Journal(store).compact(fold, "s", summarize_all_but(0, "second"))
+    await cf.Journal(store).checkpoint(fold, "s", summarize_all_but(0, "second"))
 
     async def start_again() -> None:
         await journal.delete_stream("s")
@@ -336,12 +336,12 @@ async def test_a_store_resetting_every_read_fails_the_read_instead_of_looping() 
     store = ForgetsCursors(MemoryStore())
     fold = chat_fold()
     await cf.Journal(store.inner).append("s", [Said(text="a"), Said(text="b")])
-    await cf.Journal(store.inner).compact(fold, "s", summarize_all_but(0))
+    await cf.Journal(store.inner).checkpoint(fold, "s", summarize_all_but(0))
     with pytest.raises(cf.StoreError, match="reset the history of stream 's' on 4 reads"):
         await cf.Journal(store).fold(fold, "s")
 
 
-# -- what cannot compact -----------------------------------------------------------------------
+# -- what cannot checkpoint --------------------------------------------------------------------
 
 
 async def test_an_invalid_new_state_is_rejected_and_nothing_is_appended(
@@ -365,8 +365,8 @@ async def test_an_invalid_new_state_is_rejected_and_nothing_is_appended(
         def next_state(state: Chat, bad: object = bad) -> object:
             return bad
 
-        with pytest.raises(cf.FoldCompactionError) as caught:
-            await journal.compact(fold, "s", next_state)
+        with pytest.raises(cf.CheckpointError) as caught:
+            await journal.checkpoint(fold, "s", next_state)  # type: ignore[arg-type]
         assert caught.value.reason == "invalid-state"
         assert isinstance(caught.value.__cause__, ValidationError)
     assert await journal.version("s") == version
@@ -390,8 +390,8 @@ async def test_an_invalid_segmented_state_is_rejected(store: RecordingStore) -> 
         def next_state(state: cf.SegmentedState[Any, Any], bad: object = bad) -> object:
             return bad
 
-        with pytest.raises(cf.FoldCompactionError) as caught:
-            await journal.compact(fold, "s", next_state)
+        with pytest.raises(cf.CheckpointError) as caught:
+            await journal.checkpoint(fold, "s", next_state)  # type: ignore[arg-type]
         assert caught.value.reason == "invalid-state"
     assert await journal.version("s") == version
 
@@ -405,13 +405,13 @@ async def test_an_error_in_next_publishes_nothing(store: RecordingStore) -> None
     async def failing(state: Chat) -> Chat:
         raise boom
 
-    with pytest.raises(cf.FoldCompactionError) as caught:
-        await journal.compact(fold, "s", failing)
-    assert caught.value.__cause__ is boom
+    with pytest.raises(cf.CheckpointError) as caught:
+        await journal.checkpoint(fold, "s", failing)
+    assert caught.value.__cause__ is boom and caught.value.reason == "next-failed"
     assert await journal.version("s") == 1
 
 
-async def test_folds_that_cannot_compact_are_unsupported(store: RecordingStore) -> None:
+async def test_folds_that_take_no_checkpoints_are_unsupported(store: RecordingStore) -> None:
     journal = cf.Journal(store)
     plain: cf.Fold[tuple[str, ...]] = cf.Fold("plain", initial=tuple)
     plain.on(Said)(lambda s, ev: (*s, ev.payload.text))
@@ -422,25 +422,25 @@ async def test_folds_that_cannot_compact_are_unsupported(store: RecordingStore) 
     await journal.append("s", Said(text="a"), run_id="r")
     folds: tuple[FoldBase[Any], ...] = (plain, run_scoped, run_segmented)
     for fold in folds:
-        assert not fold.can_compact
-        with pytest.raises(cf.FoldCompactionError) as caught:
-            await journal.compact(fold, "s", lambda s: s)
+        assert not fold.can_checkpoint
+        with pytest.raises(cf.CheckpointError) as caught:
+            await journal.checkpoint(fold, "s", lambda s: s)
         assert caught.value.reason == "unsupported"
     assert await journal.version("s") == 1
 
 
-async def test_a_fold_made_with_compactable_false_never_uses_checkpoints(
+async def test_a_fold_made_with_checkpoints_false_never_uses_them(
     store: RecordingStore,
 ) -> None:
     journal = cf.Journal(store)
-    fold: cf.Fold[Chat] = cf.Fold("cutoff_chat", state=Chat, compactable=False)
+    fold: cf.Fold[Chat] = cf.Fold("cutoff_chat", state=Chat, checkpoints=False)
     fold.on(Said)(
         lambda s, ev: s.model_copy(update={"turns": (*s.turns, Turn(text=ev.payload.text))})
     )
     await journal.append("s", [Said(text="a"), Said(text="b")])
-    assert not fold.can_compact
-    with pytest.raises(cf.FoldCompactionError) as caught:
-        await journal.compact(fold, "s", summarize_all_but(1))
+    assert not fold.can_checkpoint
+    with pytest.raises(cf.CheckpointError) as caught:
+        await journal.checkpoint(fold, "s", summarize_all_but(1))
     assert caught.value.reason == "unsupported"
     assert await journal.version("s") == 2  # nothing published
 
@@ -463,14 +463,38 @@ async def test_the_agent_context_compacts_by_cutoff_only(store: RecordingStore) 
     # Request rebuilds fold its events alone: a checkpoint would make live requests differ.
     journal = cf.Journal(store)
     await journal.append("s", cf.ContextAdded(role="user", content="hi"))
-    assert not cf.AgentContext.can_compact
-    with pytest.raises(cf.FoldCompactionError) as caught:
-        await journal.compact(cf.AgentContext, "s", lambda state: state)
+    assert not cf.AgentContext.can_checkpoint
+    with pytest.raises(cf.CheckpointError) as caught:
+        await journal.checkpoint(cf.AgentContext, "s", lambda state: state)
     assert caught.value.reason == "unsupported"
     assert await journal.version("s") == 1
 
 
-# -- events during compaction, races -----------------------------------------------------------
+async def test_compacting_the_agent_context_says_what_compacts_it(store: RecordingStore) -> None:
+    """The obvious first try, journal.compact(cf.AgentContext, …), names what to call."""
+    journal = cf.Journal(store)
+    await journal.append("s", cf.ContextAdded(role="user", content="hi"))
+    view = cf.ContextView(cf.SegmentedFold("unrelated", data=str, tag=None))
+    with pytest.raises(cf.CompactionError) as caught:
+        await journal.compact(
+            cf.AgentContext,  # type: ignore[arg-type]
+            "s",
+            view=view,
+            budget=100,
+            summarize=lambda **_: "summary",
+        )
+    message = str(caught.value)
+    assert caught.value.reason == "unsupported" and "agent_context" in message
+    for named in ("compaction_threshold", "build_summary_request", "summary_item"):
+        assert named in message, named
+    assert await journal.version("s") == 1
+    # A plain fold of one's own is pointed at checkpoints instead.
+    plain: cf.Fold[int] = cf.Fold("plain_count", initial=lambda: 0)
+    with pytest.raises(cf.CompactionError, match=r"journal\.checkpoint\(fold, stream, next\)"):
+        await journal.compact(plain, "s", view=view, budget=100, summarize=str)  # type: ignore[arg-type]
+
+
+# -- events during a checkpoint, races -----------------------------------------------------------
 
 
 async def test_events_appended_while_next_runs_are_folded_on_top(store: RecordingStore) -> None:
@@ -484,13 +508,13 @@ async def test_events_appended_while_next_runs_are_folded_on_top(store: Recordin
         await journal.append("s", Said(text="during-2"))
         return Chat(summary=",".join(texts(state)))
 
-    result = await journal.compact(fold, "s", next_state)
+    result = await journal.checkpoint(fold, "s", next_state)
     assert result == Chat(summary="a,b", turns=(Turn(text="during-1"), Turn(text="during-2")))
     assert await journal.fold(fold, "s") == result
     assert await cold(store, fold) == result
 
 
-async def test_concurrent_compactions_the_checkpoint_appended_last_wins(
+async def test_concurrent_checkpoints_the_one_appended_last_wins(
     store: RecordingStore,
 ) -> None:
     journal = cf.Journal(store)
@@ -503,12 +527,12 @@ async def test_concurrent_compactions_the_checkpoint_appended_last_wins(
         await gate.wait()
         return Chat(summary="slow:" + ",".join(texts(state)))
 
-    slow_task = asyncio.create_task(journal.compact(fold, "s", slow))
+    slow_task = asyncio.create_task(journal.checkpoint(fold, "s", slow))
     # The slow compaction has read [a, b] and waits. Not a sleep: on a slow machine the
     # store could still be reading when "c" is appended.
     await read.wait()
     await journal.append("s", Said(text="c"))
-    fast = await journal.compact(fold, "s", lambda s: Chat(summary="fast:" + ",".join(texts(s))))
+    fast = await journal.checkpoint(fold, "s", lambda s: Chat(summary="fast:" + ",".join(texts(s))))
     assert fast == Chat(summary="fast:a,b,c")
     gate.set()
     slow_result = await slow_task
@@ -520,7 +544,7 @@ async def test_concurrent_compactions_the_checkpoint_appended_last_wins(
     assert await cold(store, fold) == expected
 
 
-async def test_gathered_compactions_agree_with_a_rebuild(store: RecordingStore) -> None:
+async def test_gathered_checkpoints_agree_with_a_rebuild(store: RecordingStore) -> None:
     journal = cf.Journal(store)
     fold = chat_fold()
     await journal.append("s", [Said(text=str(i)) for i in range(5)])
@@ -530,8 +554,8 @@ async def test_gathered_compactions_agree_with_a_rebuild(store: RecordingStore) 
         return summarize_all_but(n, f"keep{n}")(state)
 
     results = await asyncio.gather(
-        journal.compact(fold, "s", lambda s: keep(1, s)),
-        journal.compact(fold, "s", lambda s: keep(2, s)),
+        journal.checkpoint(fold, "s", lambda s: keep(1, s)),
+        journal.checkpoint(fold, "s", lambda s: keep(2, s)),
     )
     final = await journal.fold(fold, "s")
     assert final == await cold(store, fold)
@@ -543,7 +567,7 @@ async def test_gathered_compactions_agree_with_a_rebuild(store: RecordingStore) 
 # -- identity ----------------------------------------------------------------------------------
 
 
-async def test_two_compactable_folds_with_one_name_and_version_fail(
+async def test_two_checkpointing_folds_with_one_name_and_version_fail(
     store: RecordingStore,
 ) -> None:
     journal = cf.Journal(store)
@@ -553,7 +577,7 @@ async def test_two_compactable_folds_with_one_name_and_version_fail(
     with pytest.raises(cf.FoldDefinitionError, match="fold-checkpoint-shared"):
         await journal.fold(second, "s")
     with pytest.raises(cf.FoldDefinitionError, match="fold-checkpoint-shared"):
-        await journal.compact(second, "s", lambda s: s)
+        await journal.checkpoint(second, "s", lambda s: s)
     # The same object, read again, and other journals are fine.
     await journal.fold(first, "s")
     assert await cf.Journal(store).fold(second, "s") == await journal.fold(first, "s")

@@ -184,7 +184,7 @@ def test_apply_all_without_a_journal() -> None:
     state = f.apply_all(f.initial_state(), [env(Said(text="hi"), 1), env(Heard(text="hello"), 2)])
     assert [t.text for t in state.turns] == ["hi", "hello"]
     assert f.initial_state() == Chat()
-    assert f.can_compact
+    assert f.can_checkpoint
 
 
 def test_initial_runs_on_every_start() -> None:

@@ -1,5 +1,5 @@
-"""Property: a warm read equals a cold rebuild, for any interleaving of appends, reads and
-compactions (next form, policy form, concurrent ones, appends while a summary is written),
+"""Property: a warm read equals a cold rebuild, for any interleaving of appends, reads,
+checkpoints and compactions (concurrent ones, appends while a summary is written),
 on the in-memory store and on SQLite."""
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class Scenario:
                 summary = f"{state.summary or ''}/next{len(state.segments) - len(kept)}"
                 return cf.SegmentedState(kept, summary)
 
-            await self.journal.compact(Conversation, STREAM, next_state)
+            await self.journal.checkpoint(Conversation, STREAM, next_state)
         elif kind == "policy":
             budget, yields = spec[1], spec[2]
 
@@ -172,7 +172,7 @@ class Scenario:
                     update={"outputs": state.outputs[-2:], "compactions": state.compactions + 1}
                 )
 
-            await self.journal.compact(Tallied, STREAM, next_tally)
+            await self.journal.checkpoint(Tallied, STREAM, next_tally)
 
     async def check(self) -> None:
         warm = (

@@ -378,8 +378,8 @@ async def test_unknown_fields_are_stripped(store: RecordingStore) -> None:
     state = await journal.fold(fold, "s")
     assert state.notes[0].model_dump() == {"text": "a"}
     assert not hasattr(state.notes[0], "secret")
-    # A fold that keeps payloads can still compact (checkpoints encode strictly).
-    compacted = await journal.compact(fold, "s", lambda s: s)
+    # A fold that keeps payloads still takes checkpoints (they encode strictly).
+    compacted = await journal.checkpoint(fold, "s", lambda s: s)
     assert compacted == state
     checkpoint = (await journal.latest("s", [fold.checkpoint_type]))[0]
     assert checkpoint.payload["state"] == {"notes": [{"text": "a"}]}

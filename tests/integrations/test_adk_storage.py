@@ -40,8 +40,9 @@ from contextfold.integrations.adk import (
     sessions_prefix,
     user_stream,
 )
-from contextfold.journal import Journal, open_journal, store_from_url
-from contextfold.store.base import check_stream
+from contextfold.journal import Journal, open_journal
+from contextfold.journal.encode import check_stream
+from contextfold.store.urls import open_store
 from contextfold.store.memory import MemoryStore
 
 APP = "app"
@@ -55,7 +56,7 @@ async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 @pytest.fixture(params=BACKENDS)
 async def probe(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProbeStore]:
-    store = ProbeStore(store_from_url(backend_url(request, tmp_path)))
+    store = ProbeStore(open_store(backend_url(request, tmp_path)))
     try:
         yield store
     finally:

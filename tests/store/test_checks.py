@@ -1,4 +1,5 @@
-"""The argument checks every backend relies on, as properties over arbitrary input."""
+"""The journal's argument checks every backend relies on, and the stores' cursor parsing, as
+properties over arbitrary input."""
 
 from __future__ import annotations
 
@@ -8,14 +9,8 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError, InvalidStreamNameError
-from contextfold.store.base import (
-    MAX_LIMIT,
-    check_label,
-    check_limit,
-    check_stream,
-    check_text,
-    parse_cursor,
-)
+from contextfold.journal.encode import check_label, check_limit, check_stream, check_text
+from contextfold.store.base import MAX_LIMIT, parse_cursor
 
 # Every code point, lone surrogates included (hypothesis leaves them out by default).
 any_text = st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()))

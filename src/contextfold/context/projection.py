@@ -52,7 +52,14 @@ AgentContext: Fold[AgentContextState] = Fold(
     version=1,
     # It compacts by cutoff (a summary item), never by checkpoint: request rebuilds fold the
     # events alone, so a live request read from a checkpoint could differ from its rebuild.
-    compactable=False,
+    checkpoints=False,
+    compacted_by=(
+        "cf.AgentContext compacts by cutoff: cf.Agent appends a summary item by itself when a "
+        "response's input tokens cross its compaction_threshold (cf.Agent(..., "
+        "compaction_threshold=0.5)); to compact by hand, have a model answer "
+        "build_summary_request(state, through=offset) and append summary_item(answer, "
+        "cutoff=offset), both from contextfold.context.compaction"
+    ),
 )
 """The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes
 (``ToolCallResult`` only verifies the result item that follows it)."""

@@ -171,8 +171,8 @@ def conversation_fold(
     A :class:`ToolResult` attaches to the newest step with its ``step_id``; with no such
     step it is ignored by default (a late result of a step a compaction summarized away is
     expected) or reported with ``on_missing="report"``. Use :data:`Conversation`; build
-    another only for a variant, under a name of its own (two compactable folds of one name
-    and version would restore each other's checkpoints).
+    another only for a variant, under a name of its own (two folds of one name and version
+    that take checkpoints would restore each other's).
     """
     fold = cf.SegmentedFold(name, data=Entry, summary=str, tag="kind")
 

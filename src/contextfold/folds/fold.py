@@ -14,7 +14,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from ..errors import FoldCompactionError, FoldDefinitionError
+from ..errors import CheckpointError, FoldDefinitionError
 from ..events import E, Envelope, Event, StoredEvent
 from .freeze import freeze
 
@@ -135,17 +135,21 @@ class FoldBase(Generic[S]):
 
     # -- checkpoints --------------------------------------------------------------------------
 
+    compacted_by: str | None = None
+    """What compacts this fold instead of ``journal.compact`` (None: nothing), named in the
+    CompactionError that ``journal.compact`` raises for it."""
+
     @property
-    def can_compact(self) -> bool:
-        """Whether the fold compacts by checkpoint (and so reads checkpoints)."""
+    def can_checkpoint(self) -> bool:
+        """Whether the fold's state can be replaced by a checkpoint (and so reads them)."""
         return False
 
-    def check_compactable(self) -> None:
-        """Raise FoldCompactionError (reason ``"unsupported"``) unless the fold can compact."""
-        if not self.can_compact:
-            raise FoldCompactionError(
-                f"fold {self.name} cannot compact: only a context-scoped fold with a state "
-                "schema (not made with compactable=False), or a SegmentedFold, can",
+    def check_checkpointable(self) -> None:
+        """Raise CheckpointError (reason ``"unsupported"``) unless the fold takes checkpoints."""
+        if not self.can_checkpoint:
+            raise CheckpointError(
+                f"fold {self.name} takes no checkpoints: only a context-scoped fold with a "
+                "state schema (not made with checkpoints=False), or a SegmentedFold, does",
                 reason="unsupported",
             )
 
@@ -155,9 +159,9 @@ class FoldBase(Generic[S]):
         return f"contextfold.checkpoint/{self.name}@{self.version}"
 
     def encode_state(self, state: S) -> Any:
-        """The state as JSON, for a checkpoint. Raises FoldCompactionError: ``"unsupported"``
+        """The state as JSON, for a checkpoint. Raises CheckpointError: ``"unsupported"``
         without a state codec, ``"invalid-state"`` when the state does not fit it."""
-        self.check_compactable()
+        self.check_checkpointable()
         raise NotImplementedError
 
     def decode_state(self, encoded: Any) -> S:
@@ -168,10 +172,11 @@ class Fold(FoldBase[S]):
     """A fold with one pure handler per event: ``@F.on(Event) def _(state, ev): return new``.
 
     ``state`` is the state's type (a frozen pydantic model, ``tuple[Turn, ...]``, …); with it
-    the fold can compact, since checkpoints store the state encoded with it. ``initial``
-    makes the state before any event (defaults to calling ``state``). ``compactable=False``
-    refuses checkpoints (compact raises, reads ignore them) for a fold that compacts another
-    way and must always equal a fold of its events alone.
+    the fold takes checkpoints, which store the state encoded with it. ``initial`` makes the
+    state before any event (defaults to calling ``state``). ``checkpoints=False`` refuses
+    checkpoints (``journal.checkpoint`` raises, reads ignore them) for a fold that must
+    always equal a fold of its events alone; ``compacted_by`` says what compacts it instead,
+    for the error ``journal.compact`` raises.
 
     Read state is deep-frozen after each handler, which costs a check per item of every
     container the handler returned. For a state that grows with the history (a
@@ -187,7 +192,8 @@ class Fold(FoldBase[S]):
         initial: Callable[[], S] | None = None,
         scope: Scope = "context",
         version: int = 1,
-        compactable: bool = True,
+        checkpoints: bool = True,
+        compacted_by: str | None = None,
     ) -> None:
         super().__init__(name, scope=scope, version=version)
         if initial is None:
@@ -199,7 +205,8 @@ class Fold(FoldBase[S]):
         self._initial = initial
         self.state_schema = state
         self._adapter: TypeAdapter[S] | None = TypeAdapter(state) if state is not None else None
-        self.compactable = compactable
+        self.checkpoints = checkpoints
+        self.compacted_by = compacted_by
 
     def on(
         self, event: type[E]
@@ -216,18 +223,18 @@ class Fold(FoldBase[S]):
         return self._seal(self._initial())
 
     @property
-    def can_compact(self) -> bool:
-        return self.compactable and self.scope == "context" and self._adapter is not None
+    def can_checkpoint(self) -> bool:
+        return self.checkpoints and self.scope == "context" and self._adapter is not None
 
     def encode_state(self, state: S) -> Any:
-        # The codec works with compactable=False too; the reader refuses the checkpoint.
+        # The codec works with checkpoints=False too; the reader refuses the checkpoint.
         if self.scope != "context" or self._adapter is None:
             return super().encode_state(state)
         try:
             checked = self._adapter.validate_python(state, strict=False, **STRICT_EXTRA)
             return self._adapter.dump_python(checked, mode="json", warnings="error")
         except (ValidationError, ValueError, TypeError) as exc:
-            raise FoldCompactionError(
+            raise CheckpointError(
                 f"fold {self.name}: the new state does not fit its schema: {exc}",
                 reason="invalid-state",
             ) from exc

@@ -1,4 +1,4 @@
-"""The fold reader: incremental, cached reads of folds from a journal, and compaction.
+"""The fold reader: incremental, cached reads of folds from a store, checkpoints included.
 
 State is cached per (namespace, stream, fold object, run) with the cursor of the last
 event folded. A read asks the store only for the fold's events after that cursor; a stale
@@ -12,15 +12,15 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from opentelemetry import metrics
 from pydantic import ValidationError
 
-from ..errors import FoldCompactionError, FoldDefinitionError, StoreError
-from ..events import RawEvent, StoredEvent
+from ..errors import FoldDefinitionError, StoreError
+from ..events import StoredEvent
 from ..store.base import Store
 from .fold import FoldBase
 
@@ -135,7 +135,7 @@ class FoldReader:
         self._clock = clock
         self._locks: dict[tuple[Any, ...], _Flight] = {}
         self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
-        self._compactable: dict[tuple[str, int], FoldBase[Any]] = {}
+        self._checkpointing: dict[tuple[str, int], FoldBase[Any]] = {}
         self._names: dict[str, FoldBase[Any]] = {}
         self.skipped: list[Skipped] = []  # the newest reports, for inspection (bounded)
 
@@ -143,17 +143,17 @@ class FoldReader:
 
     def _check_identity(self, fold: FoldBase[Any]) -> None:
         fold.validate()
-        if fold.can_compact:
+        if fold.can_checkpoint:
             key = (fold.name, fold.version)
-            other = self._compactable.setdefault(key, fold)
+            other = self._checkpointing.setdefault(key, fold)
             if other is not fold:
                 raise FoldDefinitionError(
-                    f"fold-checkpoint-shared: two different compactable folds are named "
+                    f"fold-checkpoint-shared: two different folds taking checkpoints are named "
                     f"{fold.name}@{fold.version} on this journal; each would restore the other's "
                     "checkpoints. Define each fold once and share the object, or rename/version one"
                 )
         other = self._names.setdefault(fold.name, fold)
-        if other is not fold and not (fold.can_compact and other.can_compact):
+        if other is not fold and not (fold.can_checkpoint and other.can_checkpoint):
             log.warning(
                 "fold-name-shared: different folds are named %r; metrics report them as one",
                 fold.name,
@@ -252,7 +252,7 @@ class FoldReader:
 
     async def _cold(self, fold: FoldBase[S], namespace: str, stream: str) -> _Entry:
         """The newest usable checkpoint (or the initial state), not yet caught up."""
-        if fold.can_compact:
+        if fold.can_checkpoint:
             before: str | None = None
             while True:
                 found = await self.store.latest(
@@ -290,7 +290,7 @@ class FoldReader:
         as it is). Returns (new entry, events folded, reset)."""
         types = (
             [*fold.event_types, fold.checkpoint_type]
-            if fold.can_compact
+            if fold.can_checkpoint
             else list(fold.event_types)
         )
         state, cursor, checkpoint_at = entry.state, entry.cursor, entry.checkpoint_at
@@ -334,58 +334,3 @@ class FoldReader:
                     self._report(fold, problem, event, "no segment to attach to")
             if not rebased and not page.more:
                 return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
-
-    # -- compaction ---------------------------------------------------------------------------
-
-    async def compact(
-        self,
-        fold: FoldBase[S],
-        namespace: str,
-        stream: str,
-        next_state: Callable[[S], S | Awaitable[S]],
-        *,
-        append: Callable[[RawEvent], Awaitable[Any]],
-    ) -> S:
-        """Replace the fold's state with ``next_state(state)`` for good, as a checkpoint event.
-
-        Events appended while ``next_state`` runs are folded on top of the new state.
-        Raises FoldCompactionError (unsupported, invalid-state) and publishes nothing then.
-        """
-        fold.check_compactable()
-        state, cursor = await self.read_with_cursor(fold, namespace, stream)
-        try:
-            result = next_state(state)
-            new_state = await result if isinstance(result, Awaitable) else result
-        except FoldCompactionError:
-            raise
-        except Exception as exc:
-            raise FoldCompactionError(
-                f"fold {fold.name}: the compaction function failed: {exc!r}; nothing was published",
-                reason="summarize-failed",
-            ) from exc
-        return await self.publish_checkpoint(
-            fold, namespace, stream, new_state, cursor, append=append
-        )
-
-    async def publish_checkpoint(
-        self,
-        fold: FoldBase[S],
-        namespace: str,
-        stream: str,
-        new_state: S,
-        through: str | None,
-        *,
-        append: Callable[[RawEvent], Awaitable[Any]],
-    ) -> S:
-        """Store ``new_state`` as the checkpoint of the read that ended at ``through``, then
-        read again (events appended since are folded on top). Raises FoldCompactionError
-        (invalid-state) and stores nothing when the state does not encode."""
-        fold.check_compactable()
-        encoded = fold.encode_state(new_state)
-        await append(
-            RawEvent(
-                fold.checkpoint_type,
-                {"fold": fold.name, "version": fold.version, "through": through, "state": encoded},
-            )
-        )
-        return await self.read(fold, namespace, stream)

@@ -16,7 +16,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from pydantic import TypeAdapter, ValidationError
 from pyrsistent import PVector, pvector
 
-from ..errors import FoldCompactionError, FoldDefinitionError
+from ..errors import CheckpointError, FoldDefinitionError
 from ..events import E, Envelope
 from .fold import STRICT_EXTRA, FoldBase, MissingSegment, Scope
 from .freeze import freeze
@@ -115,7 +115,8 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
     ``data`` is the type of a segment's data (typically a union of frozen models, one per
     kind), ``summary`` the type of the summary (None: no summary). ``tag`` names the field
     holding a segment's kind, which ``attach(kind=…)`` and ``from_newest`` read.
-    Every context-scoped segmented fold can compact.
+    Every context-scoped segmented fold takes checkpoints; one with a ``summary`` type also
+    compacts (``journal.compact``: older segments summarized by a view's policy).
     """
 
     def __init__(
@@ -243,14 +244,14 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
     # -- checkpoints --------------------------------------------------------------------------
 
     @property
-    def can_compact(self) -> bool:
+    def can_checkpoint(self) -> bool:
         return self.scope == "context"
 
     def encode_state(self, state: SegmentedState[Any, Any]) -> Any:
-        if not self.can_compact:
+        if not self.can_checkpoint:
             return super().encode_state(state)
         if not isinstance(state, SegmentedState):
-            raise FoldCompactionError(
+            raise CheckpointError(
                 f"fold {self.name}: the new state must be a SegmentedState, "
                 f"not {type(state).__name__}",
                 reason="invalid-state",
@@ -271,7 +272,7 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                     mode="json",
                 )
         except (ValidationError, ValueError, TypeError) as exc:
-            raise FoldCompactionError(
+            raise CheckpointError(
                 f"fold {self.name}: the new state does not fit its schema: {exc}",
                 reason="invalid-state",
             ) from exc

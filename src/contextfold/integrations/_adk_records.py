@@ -19,7 +19,7 @@ from ..events import Envelope
 from ..events import Event as JournalEvent
 from ..folds.fold import Fold
 from ..folds.freeze import FrozenDict, freeze
-from ..store.base import check_stream, check_text
+from ..journal.encode import check_stream, check_text
 
 __all__ = [
     "ADK_EVENT",

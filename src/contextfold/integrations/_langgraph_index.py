@@ -208,7 +208,7 @@ class ThreadIndex:
 
 
 THREAD_INDEX: Fold[ThreadIndex] = Fold(
-    "langgraph_thread_index", initial=ThreadIndex, compactable=False
+    "langgraph_thread_index", initial=ThreadIndex, checkpoints=False
 )
 
 

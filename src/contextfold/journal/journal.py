@@ -1,70 +1,58 @@
-"""The journal: the async API over a store, and its sync facade for scripts.
+"""The async journal: typed events in, stored events and fold states out, over one store.
 
-``open_journal(url)`` picks the backend from the URL. The journal turns typed events into
-stored bytes (checking JSON, size and names), injects time and ids at this one edge, and
-scopes every operation to its namespace. Later layers add folds and request rebuilds on
-top of the same object.
+``open_journal(url)`` picks the backend from the URL. The journal checks every argument
+and encodes events (:mod:`.encode`) before anything reaches the store, injects time and ids
+at this one edge, and scopes every operation to its namespace. Checkpoints and compactions
+of folds are orchestrated in :mod:`.checkpoint` and :mod:`.compaction`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import itertools
 import os
-import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
-import orjson
-
-from .. import canonical
-from ..errors import InvalidInputError, PayloadError
-from ..events import TYPE_NAME, Event, EventMeta, NewEvent, RawEvent, StoredEvent
+from ..events import Event, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache, FoldReader
 from ..folds.segmented import SegmentedFold
-from ..store.base import (
-    AppendResult,
-    ReadResult,
-    Store,
-    StreamInfo,
-    TailReset,
-    check_channels,
-    check_label,
+from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset
+from ..store.urls import open_store
+from ..views.strategies import KeepFrom
+from ..views.view import ContextView
+from . import checkpoint, compaction
+from .compaction import CompactionResult, Summarize
+from .encode import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Clock,
+    IdFactory,
+    check_batch,
+    check_cursor,
+    check_expected_version,
     check_limit,
+    check_max_payload_bytes,
     check_namespace,
     check_prefix,
     check_stream,
-    check_text,
+    check_types,
+    encode_events,
 )
-from ..store.urls import parse_store_url
 
 if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
-    from ..render.neutral import RenderedRequest
+    from ..wire import RenderedRequest
 
-__all__ = [
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "Journal",
-    "SyncJournal",
-    "open_journal",
-    "open_journal_sync",
-    "store_from_url",
-]
+__all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
 
-T = TypeVar("T")
 S = TypeVar("S")
 
-DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
-MAX_BATCH = 10_000
 
-Clock = Callable[[], datetime]
-IdFactory = Callable[[], str]
-
-
-def _utc_now() -> datetime:
+def utc_now() -> datetime:
+    """The journal's default clock: the current time in UTC."""
     return datetime.now(UTC)
 
 
@@ -72,37 +60,26 @@ _ID_PREFIX = os.urandom(10).hex()
 _ID_COUNTER = itertools.count()
 
 
-def _new_id() -> str:
+def new_event_id() -> str:
+    """The journal's default id factory: unique across processes, ASCII, cheap."""
     # 80 random bits per process and a counter: unique, and cheap enough to make 100,000
     # a second (a fresh uuid4 per event cost a third of a batch append's overhead).
     return f"{_ID_PREFIX}{next(_ID_COUNTER):012x}"
 
 
-def store_from_url(url: str, **options: Any) -> Store:
-    """A store for ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs.db``,
-    ``sqlite:///:memory:`` or ``postgresql://…``. Raises InvalidInputError for others."""
-    parsed = parse_store_url(url, what="journal")
-    if parsed.scheme == "memory":
-        from ..store.memory import MemoryStore
+@dataclass(slots=True)
+class _Shared:
+    """What every namespace view of one journal shares: the open and the fold reader."""
 
-        return MemoryStore()
-    if parsed.scheme == "sqlite":
-        from ..store.sqlite import SQLiteStore
-
-        return SQLiteStore(parsed.target, **options)
-    try:
-        from ..store.postgres import PostgresStore
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise InvalidInputError(
-            "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
-        ) from exc
-    return PostgresStore(parsed.target, **options)
+    folds: FoldReader
+    opened: asyncio.Future[None] | None = None
 
 
 class Journal:
     """The async journal of one namespace over a store.
 
     ``clock`` and ``ids`` are the only sources of time and ids: inject fixed ones in tests.
+    Raises InvalidInputError for a bad namespace or ``max_payload_bytes``.
     """
 
     def __init__(
@@ -111,24 +88,17 @@ class Journal:
         *,
         namespace: str = "default",
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-        clock: Clock = _utc_now,
-        ids: IdFactory = _new_id,
+        clock: Clock = utc_now,
+        ids: IdFactory = new_event_id,
         fold_cache: FoldCache | None = None,
-        _shared: dict[str, Any] | None = None,
+        _shared: _Shared | None = None,
     ) -> None:
         self.store = store
         self.namespace = check_namespace(namespace)
-        if not isinstance(max_payload_bytes, int) or max_payload_bytes <= 0:
-            raise InvalidInputError(
-                f"max_payload_bytes must be a positive int, got {max_payload_bytes!r}"
-            )
-        self.max_payload_bytes = max_payload_bytes
+        self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self.clock = clock
         self.ids = ids
-        # State shared by every namespace view of one journal (open flag, later the fold cache).
-        self._shared: dict[str, Any] = _shared if _shared is not None else {"opened": None}
-        if "folds" not in self._shared:
-            self._shared["folds"] = FoldReader(store, fold_cache)
+        self._shared = _shared if _shared is not None else _Shared(FoldReader(store, fold_cache))
 
     @property
     def url(self) -> str:
@@ -137,8 +107,7 @@ class Journal:
     @property
     def folds(self) -> FoldReader:
         """The fold reader (cache, skipped-event reports) shared by every namespace view."""
-        reader: FoldReader = self._shared["folds"]
-        return reader
+        return self._shared.folds
 
     def with_namespace(self, namespace: str) -> Journal:
         """The same journal, scoped to another namespace (tenant)."""
@@ -152,19 +121,19 @@ class Journal:
         )
 
     async def _ready(self) -> Store:
-        opened: asyncio.Future[None] | None = self._shared.get("opened")
+        opened = self._shared.opened
         if opened is None:
-            opened = self._shared["opened"] = asyncio.ensure_future(self.store.open())
+            opened = self._shared.opened = asyncio.ensure_future(self.store.open())
             opened.add_done_callback(self._forget_failed_open)
         await asyncio.shield(opened)
         return self.store
 
     def _forget_failed_open(self, opened: asyncio.Future[None]) -> None:
         # A failed open is not cached: the next call tries again (the server may be back).
-        if (opened.cancelled() or opened.exception() is not None) and self._shared.get(
-            "opened"
-        ) is opened:
-            self._shared["opened"] = None
+        if (opened.cancelled() or opened.exception() is not None) and (
+            self._shared.opened is opened
+        ):
+            self._shared.opened = None
 
     async def __aenter__(self) -> Journal:
         await self._ready()
@@ -177,77 +146,6 @@ class Journal:
         await self.store.close()
 
     # -- writing ----------------------------------------------------------------------------
-
-    def prepare(
-        self,
-        events: Iterable[Event | RawEvent],
-        *,
-        run_id: str | None = None,
-        actor: str | None = None,
-        channels: Sequence[str] = (),
-        idempotency_key: str | None = None,
-    ) -> list[NewEvent]:
-        """Encode events for storage, injecting ids and time. Raises PayloadError."""
-        time = self.clock().isoformat()
-        chans = check_channels(channels)
-        prepared: list[NewEvent] = []
-        limit = self.max_payload_bytes
-        for index, event in enumerate(events):
-            if type(event) is RawEvent:
-                type_name = event.type
-                if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
-                    raise InvalidInputError(
-                        f"events[{index}]: raw event type {type_name!r} must be 1-200 characters "
-                        "of letters, digits and . _ : / @ + -, starting with a letter or digit"
-                    )
-                value = event.payload
-            elif isinstance(event, Event):
-                type_name = type(event).event_type
-                if not type_name:
-                    raise InvalidInputError(
-                        f"events[{index}]: {type(event).__qualname__} has no type name; "
-                        'define it as class X(cf.Event, type="x")'
-                    )
-                value = event.model_dump(mode="json")
-            else:
-                raise InvalidInputError(
-                    f"events[{index}] is a {type(event).__name__}: append takes cf.Event "
-                    "instances or cf.RawEvent"
-                )
-            try:
-                data = orjson.dumps(value)
-            except TypeError:
-                data = b"null"  # the checked encoder below names the field at fault
-            if b"null" in data:
-                try:
-                    data = canonical.encode_checked(
-                        value, where=f"events[{index}] ({type_name}) payload"
-                    )
-                except ValueError as exc:
-                    raise PayloadError(str(exc)) from exc
-            if len(data) > limit:
-                raise PayloadError(
-                    f"events[{index}] ({type_name}): payload is {len(data)} bytes, over the "
-                    f"limit of {limit}; store large content elsewhere and "
-                    "reference it, or raise max_payload_bytes"
-                )
-            event_id = self.ids()
-            # An ASCII id (the usual case) costs three cheap tests; anything else the full check.
-            if (
-                not (type(event_id) is str and event_id and event_id.isascii())
-                or "\x00" in event_id
-            ):
-                check_label(
-                    f"events[{index}]: the id from ids()", event_id, empty=False, optional=False
-                )
-            prepared.append(
-                NewEvent(
-                    type_name,
-                    data,
-                    EventMeta(event_id, time, run_id, actor, idempotency_key, chans),
-                )
-            )
-        return prepared
 
     async def append(
         self,
@@ -266,26 +164,17 @@ class Journal:
         IdempotencyConflictError; nothing is written in any of these cases.
         """
         check_stream(stream)
-        batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
-        if not batch:
-            raise InvalidInputError(f"append to {stream!r} got no events")
-        if len(batch) > MAX_BATCH:
-            raise InvalidInputError(
-                f"append to {stream!r} got {len(batch)} events; the limit is {MAX_BATCH}"
-            )
-        if expected_version is not None and (
-            not isinstance(expected_version, int)
-            or isinstance(expected_version, bool)
-            or expected_version < 0
-        ):
-            raise InvalidInputError(
-                f"expected_version must be an int >= 0, got {expected_version!r}"
-            )
-        check_label("run_id", run_id)
-        check_label("actor", actor)
-        check_label("idempotency_key", idempotency_key, empty=False)
-        prepared = self.prepare(
-            batch, run_id=run_id, actor=actor, channels=channels, idempotency_key=idempotency_key
+        batch = check_batch(stream, events)
+        check_expected_version(expected_version)
+        prepared = encode_events(
+            batch,
+            clock=self.clock,
+            ids=self.ids,
+            max_payload_bytes=self.max_payload_bytes,
+            run_id=run_id,
+            actor=actor,
+            channels=channels,
+            idempotency_key=idempotency_key,
         )
         store = await self._ready()
         return await store.append(
@@ -308,12 +197,12 @@ class Journal:
     ) -> ReadResult:
         """A page of events after ``after`` (see :meth:`Store.read`)."""
         check_stream(stream)
+        check_cursor("after", after)
         if limit is not None:
             check_limit(limit)
+        names = check_types(types)
         store = await self._ready()
-        return await store.read(
-            self.namespace, stream, after=after, types=_type_names(types), limit=limit
-        )
+        return await store.read(self.namespace, stream, after=after, types=names, limit=limit)
 
     async def read_all(
         self,
@@ -344,11 +233,11 @@ class Journal:
     ) -> tuple[StoredEvent, ...]:
         """The newest events of the given types, newest first."""
         check_stream(stream)
+        check_cursor("before", before)
         check_limit(limit)
+        names = check_types(types) or ()
         store = await self._ready()
-        return await store.latest(
-            self.namespace, stream, _type_names(types) or (), before=before, limit=limit
-        )
+        return await store.latest(self.namespace, stream, names, before=before, limit=limit)
 
     async def head(self, stream: str) -> str | None:
         """The cursor of the stream's newest event (None when empty)."""
@@ -356,20 +245,25 @@ class Journal:
         return await (await self._ready()).head(self.namespace, stream)
 
     async def version(self, stream: str) -> int:
+        """The stream's last position (0 when it does not exist)."""
         check_stream(stream)
         return await (await self._ready()).version(self.namespace, stream)
 
     async def contains(self, stream: str, cursor: str) -> bool:
+        """Whether ``cursor`` names an event of the stream's current history."""
         check_stream(stream)
+        check_cursor("cursor", cursor, optional=False)
         return await (await self._ready()).contains(self.namespace, stream, cursor)
 
     async def delete_stream(self, stream: str) -> bool:
+        """Delete the stream's events and idempotency keys; True when it existed."""
         check_stream(stream)
         return await (await self._ready()).delete_stream(self.namespace, stream)
 
     async def list_streams(
         self, *, prefix: str | None = None, limit: int | None = None
     ) -> tuple[StreamInfo, ...]:
+        """Streams of the namespace, sorted by name, optionally by prefix."""
         check_prefix(prefix)
         if limit is not None:
             check_limit(limit)
@@ -406,6 +300,7 @@ class Journal:
         history follows silently.
         """
         check_stream(stream)
+        check_cursor("after", after)
         store = await self._ready()
         tail = store.subscribe(self.namespace, stream, after=after, poll_interval=poll_interval)
         # aclosing: closing this tail closes the store's at once (its listening connection).
@@ -429,63 +324,61 @@ class Journal:
         """Forget the run-scoped fold states of a run that ended."""
         self.folds.end_run(self.namespace, stream, run_id)
 
-    async def compact(
-        self,
-        fold: FoldBase[S],
-        stream: str,
-        next: Callable[[S], Any] | None = None,
-        *,
-        view: Any = None,
-        budget: float | None = None,
-        keep_tokens: float | None = None,
-        keep_from: Callable[..., int] | None = None,
-        summarize: Callable[..., Any] | None = None,
-    ) -> Any:
-        """Compact a fold for good, as a checkpoint event.
+    async def checkpoint(
+        self, fold: FoldBase[S], stream: str, next: Callable[[S], S | Awaitable[S]]
+    ) -> S:
+        """Replace the fold's state with ``next(state)`` for good, as a checkpoint event.
 
-        ``compact(F, stream, next)``: the state becomes ``next(state)`` (may be async); returns
-        the state after. Policy form for segmented folds with a summary:
-        ``compact(F, stream, view=, budget=, keep_tokens=, keep_from=, summarize=)`` compacts
-        only when the view does not fit and ``split`` leaves older segments; returns
-        :class:`~contextfold.views.CompactResult` ``(compacted, state, summarized)``.
-        Raises FoldCompactionError and publishes nothing when it cannot.
+        ``next`` may be async; events appended while it runs are folded on top of the new
+        state, which is returned. Raises CheckpointError (``unsupported``, ``invalid-state``,
+        ``next-failed``) and stores nothing when it cannot.
         """
         check_stream(stream)
         await self._ready()
+        return await checkpoint.checkpoint(
+            self.folds, fold, self.namespace, stream, next, append=self._checkpoint_appender(stream)
+        )
 
-        async def append_checkpoint(event: RawEvent) -> Any:
-            return await self.append(stream, event, channels=())
+    async def compact(
+        self,
+        fold: SegmentedFold,
+        stream: str,
+        *,
+        view: ContextView[Any],
+        budget: float,
+        summarize: Summarize,
+        keep_tokens: float | None = None,
+        keep_from: KeepFrom | None = None,
+    ) -> CompactionResult:
+        """Summarize the older segments of a segmented fold when its view does not fit.
 
-        if next is not None:
-            if view is not None or summarize is not None:
-                raise InvalidInputError(
-                    "compact takes either next or the policy (view=, summarize=, …), not both"
-                )
-            return await self.folds.compact(
-                fold, self.namespace, stream, next, append=append_checkpoint
-            )
-        if not isinstance(fold, SegmentedFold):
-            raise TypeError(
-                f"the policy form of compact needs a SegmentedFold, not {fold!r}: pass next"
-            )
-        if view is None or budget is None or summarize is None:
-            raise TypeError("compact needs next, or view=, budget= and summarize=")
-        from ..views.policy import compact_with_view
-        from ..views.view import check_budget
-
-        check_budget(budget)  # a ValueError before budget / 2 below can fail on a non-number
-        return await compact_with_view(
+        Only when ``view(state, budget)`` does not fit and ``view.split`` (keeping
+        ``keep_tokens``, by default half the budget, and ``keep_from``) leaves older
+        segments, ``summarize(summary=, older=, kept=)`` (may be async) writes the new
+        summary, and the state becomes ``{summary, kept}``, stored as a checkpoint.
+        Raises CompactionError (and stores nothing) when it cannot, for the agent context
+        too: it compacts by cutoff, as the error says.
+        """
+        check_stream(stream)
+        await self._ready()
+        return await compaction.compact(
             self.folds,
             fold,
             self.namespace,
             stream,
             view=view,
             budget=budget,
-            keep_tokens=budget / 2 if keep_tokens is None else keep_tokens,
+            keep_tokens=keep_tokens,
             keep_from=keep_from,
             summarize=summarize,
-            append=append_checkpoint,
+            append=self._checkpoint_appender(stream),
         )
+
+    def _checkpoint_appender(self, stream: str) -> Callable[[RawEvent], Awaitable[AppendResult]]:
+        async def append_checkpoint(event: RawEvent) -> AppendResult:
+            return await self.append(stream, event, channels=())  # no channel: not content
+
+        return append_checkpoint
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -498,184 +391,26 @@ class Journal:
         return await rebuild_request(self, stream, offset)
 
 
-def _type_names(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | None:
-    if types is None:
-        return None
-    names = []
-    for index, t in enumerate(types):
-        if isinstance(t, str):
-            names.append(check_text(f"types[{index}]", t))
-        elif isinstance(t, type) and issubclass(t, Event) and t.event_type:
-            names.append(t.event_type)
-        else:
-            raise InvalidInputError(f"types must hold type names or Event classes, got {t!r}")
-    return tuple(names)
-
-
 def open_journal(
-    url: str = "sqlite:///contextfold.db", *, namespace: str = "default", **options: Any
+    url: str = "sqlite:///contextfold.db",
+    *,
+    namespace: str = "default",
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    clock: Clock = utc_now,
+    ids: IdFactory = new_event_id,
+    fold_cache: FoldCache | None = None,
+    **store_options: Any,
 ) -> Journal:
     """Open the async journal at ``url``. The store connects on first use.
 
-    Journal options (``max_payload_bytes``, ``clock``, ``ids``) are taken from ``options``;
-    the rest go to the store (e.g. ``synchronous`` for SQLite, ``min_size`` for PostgreSQL).
+    ``store_options`` go to the store (``synchronous`` for SQLite, ``min_size`` for
+    PostgreSQL, …). Raises InvalidInputError for an unknown URL or a bad option.
     """
-    journal_opts = {
-        k: options.pop(k)
-        for k in ("max_payload_bytes", "clock", "ids", "fold_cache")
-        if k in options
-    }
-    return Journal(store_from_url(url, **options), namespace=namespace, **journal_opts)
-
-
-class _LoopThread:
-    """A private event loop on a daemon thread: where a SyncJournal and its namespace views
-    run every call (the store's connections belong to that one loop)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="contextfold-sync", daemon=True
-        )
-        self._thread.start()
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for it. When the waiting thread is interrupted
-        (Ctrl-C), the call is cancelled on the loop and has ended before the interrupt
-        propagates: nothing of it runs on unseen (a live tail would poll forever)."""
-        finished = threading.Event()
-        tasks: list[asyncio.Task[T]] = []
-
-        def start() -> None:
-            task = self.loop.create_task(coro)
-            tasks.append(task)
-            task.add_done_callback(lambda _: finished.set())
-
-        self.loop.call_soon_threadsafe(start)
-        try:
-            finished.wait()
-        except BaseException:
-            # Queued after start, so the task exists when this runs.
-            self.loop.call_soon_threadsafe(lambda: tasks[0].cancel())
-            finished.wait()
-            raise
-        if tasks[0].cancelled():
-            # Not asyncio's CancelledError (a BaseException) in a thread that has no loop:
-            # the sync world's, an Exception, as concurrent.futures callers expect.
-            raise concurrent.futures.CancelledError("the journal call was cancelled on its loop")
-        return tasks[0].result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join()
-        self.loop.close()
-
-
-class SyncJournal:
-    """The blocking facade for scripts: each call runs the async journal on a private loop.
-
-    It adds no logic of its own; every method is the async one of the same name (a test
-    checks that each public method of :class:`Journal` has its counterpart here).
-    """
-
-    def __init__(self, journal: Journal, *, _runner: _LoopThread | None = None) -> None:
-        self.journal = journal
-        self._runner = _runner if _runner is not None else _LoopThread()
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._runner.call(coro)
-
-    @property
-    def url(self) -> str:
-        return self.journal.url
-
-    @property
-    def namespace(self) -> str:
-        return self.journal.namespace
-
-    def with_namespace(self, namespace: str) -> SyncJournal:
-        """The same journal (store, loop, fold cache), scoped to another namespace. Like the
-        async views, closing any view closes the shared store for all of them."""
-        return SyncJournal(self.journal.with_namespace(namespace), _runner=self._runner)
-
-    def __enter__(self) -> SyncJournal:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._runner.loop.is_closed():
-            return
-        self._call(self.journal.close())
-        self._runner.stop()
-
-    def append(self, stream: str, events: Any, **kwargs: Any) -> AppendResult:
-        return self._call(self.journal.append(stream, events, **kwargs))
-
-    def read(self, stream: str, **kwargs: Any) -> ReadResult:
-        return self._call(self.journal.read(stream, **kwargs))
-
-    def read_all(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
-        return self._iterate(self.journal.read_all(stream, **kwargs))
-
-    def latest(
-        self, stream: str, types: Sequence[str | type[Event]], **kwargs: Any
-    ) -> tuple[StoredEvent, ...]:
-        return self._call(self.journal.latest(stream, types, **kwargs))
-
-    def head(self, stream: str) -> str | None:
-        return self._call(self.journal.head(stream))
-
-    def version(self, stream: str) -> int:
-        return self._call(self.journal.version(stream))
-
-    def contains(self, stream: str, cursor: str) -> bool:
-        return self._call(self.journal.contains(stream, cursor))
-
-    def delete_stream(self, stream: str) -> bool:
-        return self._call(self.journal.delete_stream(stream))
-
-    def list_streams(self, **kwargs: Any) -> tuple[StreamInfo, ...]:
-        return self._call(self.journal.list_streams(**kwargs))
-
-    def fold(self, fold: FoldBase[S], stream: str, **kwargs: Any) -> S:
-        return self._call(self.journal.fold(fold, stream, **kwargs))
-
-    def end_run(self, stream: str, run_id: str) -> None:
-        # On the loop: the fold cache is only ever touched from the loop's thread.
-        self._call(_run(self.journal.end_run, stream, run_id))
-
-    def compact(self, fold: FoldBase[S], stream: str, next: Any = None, **kwargs: Any) -> Any:
-        return self._call(self.journal.compact(fold, stream, next, **kwargs))
-
-    def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
-        return self._call(self.journal.rebuild_request(stream, offset))
-
-    def subscribe(self, stream: str, **kwargs: Any) -> Iterator[StoredEvent]:
-        return self._iterate(self.journal.subscribe(stream, **kwargs))
-
-    def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
-        try:
-            while True:
-                try:
-                    yield self._call(_anext(agen))
-                except StopAsyncIteration:
-                    return
-        finally:
-            aclose = getattr(agen, "aclose", None)
-            if aclose is not None and not self._runner.loop.is_closed():
-                self._call(aclose())
-
-
-async def _anext(agen: AsyncIterator[T]) -> T:
-    return await agen.__anext__()
-
-
-async def _run(fn: Callable[..., T], *args: Any) -> T:
-    return fn(*args)
-
-
-def open_journal_sync(url: str = "sqlite:///contextfold.db", **options: Any) -> SyncJournal:
-    """Open the blocking journal at ``url`` (see :func:`open_journal`)."""
-    return SyncJournal(open_journal(url, **options))
+    return Journal(
+        open_store(url, **store_options),
+        namespace=namespace,
+        max_payload_bytes=max_payload_bytes,
+        clock=clock,
+        ids=ids,
+        fold_cache=fold_cache,
+    )

@@ -32,7 +32,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..errors import ContextfoldError
 from ..journal import Journal
-from ..store.base import check_namespace
+from ..journal.encode import check_namespace
 from ..transcript.bus import TranscriptBus
 from ..transcript.store.base import TranscriptStore
 from .auth import BearerAuth, token_writers

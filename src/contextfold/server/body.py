@@ -22,7 +22,7 @@ from starlette.requests import Request
 from ..context.events import ContextAdded
 from ..errors import InvalidInputError, PayloadError, UnknownEventTypeError
 from ..events import Event, RawEvent, event_class
-from ..store.base import check_namespace
+from ..journal.encode import check_namespace
 from . import strict_json
 from .errors import BodyTooLargeError, ForbiddenError, RequestBodyError, UnsupportedMediaTypeError
 from .writers import ANONYMOUS, Writer, check_item, check_meta_actor, check_type

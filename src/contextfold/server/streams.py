@@ -16,7 +16,8 @@ from .. import canonical
 from ..context.projection import AgentContext
 from ..context.rebuild import verify_requests
 from ..journal import Journal
-from ..store.base import TailReset, check_stream
+from ..journal.encode import check_stream
+from ..store.base import TailReset
 from .body import parse_append, query_int, read_json, resolve_namespace
 from .encode import (
     append_json,

@@ -1,10 +1,11 @@
-"""The store interface every journal backend implements, and the checks they share.
+"""The store interface every journal backend implements, and the helpers backends share.
 
 A backend stores append-only streams of :class:`~contextfold.events.StoredEvent` per
-namespace. The contract (``contextfold.store.contract``) pins what each method must do;
-backends only implement storage, all argument checking lives here so every backend
-refuses bad input with the same error. Every text reaching a backend is valid Unicode
-(no lone surrogate: SQLite and PostgreSQL store UTF-8), every limit within its bounds.
+namespace. The contract (``contextfold.store.contract``) pins what each method must do.
+Backends only implement storage: they receive checked input. The journal checks every
+argument before it calls a store (:mod:`contextfold.journal.encode`, the one place), so
+every text reaching a backend is valid Unicode (no lone surrogate: SQLite and PostgreSQL
+store UTF-8), every name within its length limit, every limit from 1 to :data:`MAX_LIMIT`.
 """
 
 from __future__ import annotations
@@ -12,25 +13,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import functools
 import hashlib
-import re
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from .._aio import CancelWatch
-from ..errors import (
-    IdempotencyConflictError,
-    InvalidCursorError,
-    InvalidInputError,
-    InvalidStreamNameError,
-    WrongExpectedVersionError,
-)
+from ..errors import IdempotencyConflictError, WrongExpectedVersionError
 from ..events import NewEvent, StoredEvent
 
 __all__ = [
     "MAX_LIMIT",
-    "MAX_NAME_LENGTH",
     "AppendResult",
     "ReadResult",
     "Store",
@@ -38,24 +32,16 @@ __all__ = [
     "TailReset",
     "Wakeups",
     "batch_digest",
-    "check_channels",
-    "check_label",
-    "check_limit",
-    "check_namespace",
-    "check_prefix",
-    "check_stream",
-    "check_text",
     "idempotency_conflict",
     "parse_cursor",
     "poll_subscribe",
+    "wait_or_timeout",
     "wrong_version",
 ]
 
-MAX_NAME_LENGTH = 512
 MAX_LIMIT = 10_000
-"""The most events (or streams) one ``read``, ``latest`` or ``list_streams`` returns."""
+"""The most events (or streams) one ``read``, ``latest`` or ``list_streams`` is asked for."""
 _MAX_CURSOR = 2**63 - 1  # global positions are signed 64-bit integers in SQL
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,111 +101,11 @@ class StreamInfo:
     version: int
 
 
-def _surrogate_in(text: str) -> int | None:
-    """Index of the first lone surrogate in ``text`` (None when it is valid Unicode)."""
-    if text.isascii():
-        return None
-    found = _SURROGATE.search(text)
-    return None if found is None else found.start()
-
-
-def check_text(name: str, value: str, error: type[InvalidInputError] = InvalidInputError) -> str:
-    """Return ``value`` or raise ``error`` naming ``name`` when it holds a lone surrogate
-    (text SQLite and PostgreSQL cannot store: they keep UTF-8)."""
-    at = _surrogate_in(value)
-    if at is not None:
-        raise error(
-            f"{name} {value[:80]!r} holds a lone surrogate ({value[at]!r}) at index {at}: "
-            "it must be valid Unicode text (encodable as UTF-8); nothing was done"
-        )
-    return value
-
-
-def check_stream(stream: object) -> str:
-    """Return ``stream`` or raise InvalidStreamNameError saying what is wrong with it."""
-    if not isinstance(stream, str):
-        raise InvalidStreamNameError(f"stream name must be a str, got {type(stream).__name__}")
-    if not stream or stream.strip() != stream:
-        raise InvalidStreamNameError(
-            f"stream name {stream!r} must be non-empty with no leading or trailing whitespace"
-        )
-    if len(stream) > MAX_NAME_LENGTH:
-        raise InvalidStreamNameError(
-            f"stream name {stream[:40]!r}… is {len(stream)} characters; the limit is "
-            f"{MAX_NAME_LENGTH}"
-        )
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
-        raise InvalidStreamNameError(f"stream name {stream!r} contains a control character")
-    return check_text("stream name", stream, InvalidStreamNameError)
-
-
-def check_namespace(namespace: object) -> str:
-    """Return ``namespace`` or raise InvalidInputError."""
-    if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAME_LENGTH:
-        raise InvalidInputError(
-            f"namespace must be a non-empty str of at most {MAX_NAME_LENGTH} characters, "
-            f"got {namespace!r}"
-        )
-    if any(ord(ch) < 32 for ch in namespace):
-        raise InvalidInputError(f"namespace {namespace!r} contains a control character")
-    return check_text("namespace", namespace)
-
-
-def check_label(
-    name: str, value: object, *, empty: bool = True, optional: bool = True
-) -> str | None:
-    """Return ``value`` (a ``run_id``, ``actor`` or ``idempotency_key``; None allowed when
-    ``optional``) or raise InvalidInputError naming ``name``: a str without NUL or lone
-    surrogates, non-empty unless ``empty``."""
-    if value is None and optional:
-        return None
-    if not isinstance(value, str) or "\x00" in value or (not empty and not value):
-        what = "a str without NUL characters" if empty else "a non-empty str without NUL"
-        raise InvalidInputError(f"{name} must be {what}, got {value!r}")
-    return check_text(name, value)
-
-
-def check_channels(channels: Iterable[object]) -> tuple[str, ...]:
-    """Return ``channels`` as a tuple or raise InvalidInputError naming the bad channel:
-    each a non-empty str without control characters or lone surrogates."""
-    checked: list[str] = []
-    for index, ch in enumerate(channels):
-        if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
-            raise InvalidInputError(
-                f"channel {ch!r} (channels[{index}]) must be a non-empty str without "
-                "control characters"
-            )
-        checked.append(check_text(f"channels[{index}]", ch))
-    return tuple(checked)
-
-
-def check_prefix(prefix: object) -> str | None:
-    """Return ``prefix`` (a stream-name prefix; None for all) or raise InvalidInputError."""
-    if prefix is None:
-        return None
-    if not isinstance(prefix, str):
-        raise InvalidInputError(f"prefix must be a str, got {type(prefix).__name__}")
-    return check_text("prefix", prefix)
-
-
-def check_limit(value: object, *, name: str = "limit", maximum: int = MAX_LIMIT) -> int:
-    """Return ``value`` or raise InvalidInputError naming ``name`` and its bounds: an int
-    from 1 to ``maximum`` (a bool is no int here)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise InvalidInputError(f"{name} must be an int from 1 to {maximum}, got {value!r}")
-    return value
-
-
-def parse_cursor(cursor: object) -> int | None:
-    """The global position a cursor names; None for a malformed (thus unknown) one, and for
-    one past the 64-bit positions a store can hold.
-
-    A cursor of another type than str (or None) is a programming error: InvalidCursorError.
-    """
+def parse_cursor(cursor: str | None) -> int | None:
+    """The global position a cursor names (0 for None: the start); None for a malformed
+    (thus unknown) one, and for one past the 64-bit positions a store can hold."""
     if cursor is None:
         return 0
-    if not isinstance(cursor, str):
-        raise InvalidCursorError(f"cursor must be a str from a previous read, got {cursor!r}")
     if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
         return None
     position = int(cursor)
@@ -248,8 +134,11 @@ def batch_digest(events: Sequence[NewEvent]) -> str:
 class Store(abc.ABC):
     """An append-only journal backend. All methods are coroutines except ``subscribe``.
 
-    Arguments reaching a backend are already checked (see :mod:`contextfold.journal`).
-    Every method takes the namespace first; namespaces never see each other's data.
+    Arguments reaching a backend are already checked (by :mod:`contextfold.journal.encode`):
+    a backend checks nothing itself. Every method takes the namespace first; namespaces
+    never see each other's data. ``head`` and ``subscribe`` have defaults built on ``read``;
+    a backend that calls ``self.wakeups.notify(namespace, stream)`` once an append or a
+    deletion is committed wakes the default tails of this process at once.
     """
 
     url: str = ""
@@ -340,7 +229,11 @@ class Store(abc.ABC):
     ) -> tuple[StreamInfo, ...]:
         """Streams of the namespace, sorted by name, optionally filtered by prefix."""
 
-    @abc.abstractmethod
+    @functools.cached_property
+    def wakeups(self) -> Wakeups:
+        """The live tails of this process, woken by :meth:`Wakeups.notify`."""
+        return Wakeups()
+
     def subscribe(
         self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
     ) -> AsyncIterator[StoredEvent | TailReset]:
@@ -349,7 +242,13 @@ class Store(abc.ABC):
         Whenever the tail's cursor names no event of the stream (an unknown ``after``, or
         the stream deleted while the tail runs), it yields a :class:`TailReset` and goes on
         from the beginning of the stream, like ``read`` with ``reset=True``.
+
+        This default reads every ``poll_interval`` seconds, and at once when the backend
+        notifies :attr:`wakeups` of an append; backends with a push channel override it.
         """
+        return poll_subscribe(
+            self, self.wakeups, namespace, stream, after=after, poll_interval=poll_interval
+        )
 
 
 class Wakeups:

@@ -7,7 +7,7 @@ user's tests can run against it what production runs against SQLite or PostgreSQ
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..events import NewEvent, StoredEvent
@@ -16,12 +16,9 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
-    TailReset,
-    Wakeups,
     batch_digest,
     idempotency_conflict,
     parse_cursor,
-    poll_subscribe,
     wrong_version,
 )
 
@@ -42,7 +39,6 @@ class MemoryStore(Store):
         self.url = "memory://"
         self._streams: dict[tuple[str, str], _Stream] = {}
         self._global = 0
-        self._wakeups = Wakeups()
 
     async def append(
         self,
@@ -92,7 +88,7 @@ class MemoryStore(Store):
                     deduplicated=True,
                 ),
             )
-        self._wakeups.notify(namespace, stream)
+        self.wakeups.notify(namespace, stream)
         return result
 
     def _index_after(self, state: _Stream | None, cursor: str | None) -> int | None:
@@ -170,7 +166,7 @@ class MemoryStore(Store):
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         found = self._streams.pop((namespace, stream), None) is not None
         if found:
-            self._wakeups.notify(namespace, stream)  # its tails signal the reset at once
+            self.wakeups.notify(namespace, stream)  # its tails signal the reset at once
         return found
 
     async def list_streams(
@@ -181,10 +177,3 @@ class MemoryStore(Store):
         )
         infos = [StreamInfo(s, len(self._streams[(namespace, s)].events)) for s in names]
         return tuple(infos[:limit] if limit is not None else infos)
-
-    def subscribe(
-        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent | TailReset]:
-        return poll_subscribe(
-            self, self._wakeups, namespace, stream, after=after, poll_interval=poll_interval
-        )

@@ -11,7 +11,7 @@ An append that returned is committed in the WAL and survives ``kill -9`` of the 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +22,9 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
-    TailReset,
-    Wakeups,
     batch_digest,
     idempotency_conflict,
     parse_cursor,
-    poll_subscribe,
     wrong_version,
 )
 
@@ -103,7 +100,6 @@ class SQLiteStore(Store):
         )
         self.path = self._db.path
         self.url = self._db.url
-        self._wakeups = Wakeups()
 
     async def open(self) -> None:
         await self._db.open()
@@ -183,7 +179,7 @@ class SQLiteStore(Store):
             return AppendResult(stream, version + 1, last, str(last_global))
 
         result = await self._db.run(work)
-        self._wakeups.notify(namespace, stream)
+        self.wakeups.notify(namespace, stream)
         return result
 
     async def read(
@@ -319,7 +315,7 @@ class SQLiteStore(Store):
 
         found = await self._db.run(work)
         if found:
-            self._wakeups.notify(namespace, stream)  # its tails signal the reset at once
+            self.wakeups.notify(namespace, stream)  # its tails signal the reset at once
         return found
 
     async def list_streams(
@@ -339,13 +335,6 @@ class SQLiteStore(Store):
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
         return await self._db.run(work)
-
-    def subscribe(
-        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[StoredEvent | TailReset]:
-        return poll_subscribe(
-            self, self._wakeups, namespace, stream, after=after, poll_interval=poll_interval
-        )
 
 
 def _event(namespace: str, stream: str, row: tuple[Any, ...]) -> StoredEvent:

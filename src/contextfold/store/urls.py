@@ -1,18 +1,23 @@
 """Store URLs: the one parser that turns ``memory://``, ``sqlite:///…`` and ``postgresql://…``
-into a backend kind and its target, for the journal and the transcript store alike.
+into a backend kind and its target, for the journal and the transcript store alike, and
+:func:`open_store`, the journal store a URL names.
 
-It only reads the string: choosing and importing a backend is the caller's business.
+A backend module is imported only when its scheme is asked for, so the PostgreSQL driver
+stays optional and no backend imports this module.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import InvalidInputError
+from .base import Store
 
-__all__ = ["Scheme", "StoreURL", "parse_store_url"]
+__all__ = ["BACKENDS", "Scheme", "StoreURL", "open_store", "parse_store_url"]
 
 Scheme = Literal["memory", "sqlite", "postgresql"]
 
@@ -55,6 +60,40 @@ def parse_store_url(url: object, *, what: str = "journal") -> StoreURL:
         f"unknown {what} URL {_without_password(url)!r}: use memory://, sqlite:///path.db "
         "or postgresql://…"
     )
+
+
+BACKENDS: Mapping[Scheme, tuple[str, str]] = {
+    "memory": (".memory", "MemoryStore"),
+    "sqlite": (".sqlite", "SQLiteStore"),
+    "postgresql": (".postgres", "PostgresStore"),
+}
+"""Scheme -> (module relative to this package, class name) of the journal backend."""
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """The journal store for ``memory://``, ``sqlite:///relative.db``, ``sqlite:////abs.db``,
+    ``sqlite:///:memory:`` or ``postgresql://…``; it connects on first use. ``options`` go
+    to the backend (``synchronous`` for SQLite, ``min_size`` for PostgreSQL, …; none for
+    memory). Raises InvalidInputError for another URL, an option the memory store does not
+    take, or PostgreSQL without its extra installed."""
+    parsed = parse_store_url(url, what="journal")
+    module_name, class_name = BACKENDS[parsed.scheme]
+    try:
+        module = importlib.import_module(module_name, __package__)
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        if parsed.scheme != "postgresql":
+            raise
+        raise InvalidInputError(
+            "PostgreSQL support needs the postgres extra: pip install 'contextfold[postgres]'"
+        ) from exc
+    backend: Callable[..., Store] = getattr(module, class_name)
+    if parsed.scheme == "memory":
+        if options:
+            raise InvalidInputError(
+                f"the memory store takes no options, got {', '.join(sorted(options))}"
+            )
+        return backend()
+    return backend(parsed.target, **options)
 
 
 def _without_password(url: str) -> str:

@@ -1,12 +1,11 @@
-"""Views: a fold's state trimmed to a token budget, and compaction with a view."""
+"""Views: a fold's state trimmed to a token budget, pure (no reads, no appends)."""
 
-from .policy import CompactResult, chunks_of, compact_with_view
+from .chunks import chunks_of
 from .strategies import drop_oldest, elide, from_newest, newest
 from .tokens import TiktokenCounter, approx_tokens
 from .view import ContextView, SplitResult, StrategyContext, ViewResult, check_budget
 
 __all__ = [
-    "CompactResult",
     "ContextView",
     "SplitResult",
     "StrategyContext",
@@ -15,7 +14,6 @@ __all__ = [
     "approx_tokens",
     "check_budget",
     "chunks_of",
-    "compact_with_view",
     "drop_oldest",
     "elide",
     "from_newest",

@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ...errors import InvalidCursorError, InvalidInputError, InvalidStreamNameError, StoreError
-from ...store.base import check_stream
+from ...journal.encode import check_stream
 from ..parts import PART_TYPES, Message, Part, close_message, close_part, decode_part, is_unfinished
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...errors import InvalidCursorError, InvalidInputError, StoreUnavailableError
-from ...store.base import check_stream
+from ...journal.encode import check_stream
 from ..history import read_history
 from ..parts import (
     INTERRUPTED,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ...errors import StoreUnavailableError
-from ...store.base import check_namespace
+from ...journal.encode import check_namespace
 from ..parts import Message, Part, is_unfinished
 from .base import (
     CleanupResult,

@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from ...errors import StoreUnavailableError
-from ...store.base import check_namespace
+from ...journal.encode import check_namespace
 from ...store.postgres import driver_error, redact_url
 from ..parts import Message, Part, is_unfinished
 from .base import (

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from ...store._sqlite_thread import SQLiteThread
-from ...store.base import check_namespace
+from ...journal.encode import check_namespace
 from ..parts import Message, Part, is_unfinished
 from .base import (
     CleanupResult,

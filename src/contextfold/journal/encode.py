@@ -1,0 +1,286 @@
+"""Input encoding: every argument check of the journal, and events turned into stored bytes.
+
+This is the one place arguments are checked. The journal calls these checks before anything
+reaches a store, so a store receives only checked input (see :class:`~contextfold.store.Store`)
+and every backend answers bad input alike, with the same error. The transcript store and the
+server check names with the same functions: one length limit, one set of refused characters.
+
+Every text that passes is valid Unicode (no lone surrogate: SQLite and PostgreSQL store
+UTF-8), every limit within its bounds, every payload canonical JSON within its size limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+
+import orjson
+
+from .. import canonical
+from ..errors import InvalidCursorError, InvalidInputError, InvalidStreamNameError, PayloadError
+from ..events import TYPE_NAME, Event, EventMeta, NewEvent, RawEvent
+from ..store.base import MAX_LIMIT
+
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_BATCH",
+    "MAX_NAME_LENGTH",
+    "Clock",
+    "IdFactory",
+    "check_batch",
+    "check_channels",
+    "check_cursor",
+    "check_expected_version",
+    "check_label",
+    "check_limit",
+    "check_max_payload_bytes",
+    "check_namespace",
+    "check_prefix",
+    "check_stream",
+    "check_text",
+    "check_types",
+    "encode_events",
+]
+
+DEFAULT_MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 10_000
+"""The most events one append takes."""
+MAX_NAME_LENGTH = 512
+"""The longest stream name, namespace or transcript session name, in characters."""
+
+Clock = Callable[[], datetime]
+IdFactory = Callable[[], str]
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _surrogate_in(text: str) -> int | None:
+    """Index of the first lone surrogate in ``text`` (None when it is valid Unicode)."""
+    if text.isascii():
+        return None
+    found = _SURROGATE.search(text)
+    return None if found is None else found.start()
+
+
+def check_text(name: str, value: str, error: type[InvalidInputError] = InvalidInputError) -> str:
+    """Return ``value`` or raise ``error`` naming ``name`` when it holds a lone surrogate
+    (text SQLite and PostgreSQL cannot store: they keep UTF-8)."""
+    at = _surrogate_in(value)
+    if at is not None:
+        raise error(
+            f"{name} {value[:80]!r} holds a lone surrogate ({value[at]!r}) at index {at}: "
+            "it must be valid Unicode text (encodable as UTF-8); nothing was done"
+        )
+    return value
+
+
+def check_stream(stream: object) -> str:
+    """Return ``stream`` or raise InvalidStreamNameError saying what is wrong with it."""
+    if not isinstance(stream, str):
+        raise InvalidStreamNameError(f"stream name must be a str, got {type(stream).__name__}")
+    if not stream or stream.strip() != stream:
+        raise InvalidStreamNameError(
+            f"stream name {stream!r} must be non-empty with no leading or trailing whitespace"
+        )
+    if len(stream) > MAX_NAME_LENGTH:
+        raise InvalidStreamNameError(
+            f"stream name {stream[:40]!r}… is {len(stream)} characters; the limit is "
+            f"{MAX_NAME_LENGTH}"
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
+        raise InvalidStreamNameError(f"stream name {stream!r} contains a control character")
+    return check_text("stream name", stream, InvalidStreamNameError)
+
+
+def check_namespace(namespace: object) -> str:
+    """Return ``namespace`` or raise InvalidInputError."""
+    if not isinstance(namespace, str) or not namespace or len(namespace) > MAX_NAME_LENGTH:
+        raise InvalidInputError(
+            f"namespace must be a non-empty str of at most {MAX_NAME_LENGTH} characters, "
+            f"got {namespace!r}"
+        )
+    if any(ord(ch) < 32 for ch in namespace):
+        raise InvalidInputError(f"namespace {namespace!r} contains a control character")
+    return check_text("namespace", namespace)
+
+
+def check_label(
+    name: str, value: object, *, empty: bool = True, optional: bool = True
+) -> str | None:
+    """Return ``value`` (a ``run_id``, ``actor`` or ``idempotency_key``; None allowed when
+    ``optional``) or raise InvalidInputError naming ``name``: a str without NUL or lone
+    surrogates, non-empty unless ``empty``."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or "\x00" in value or (not empty and not value):
+        what = "a str without NUL characters" if empty else "a non-empty str without NUL"
+        raise InvalidInputError(f"{name} must be {what}, got {value!r}")
+    return check_text(name, value)
+
+
+def check_channels(channels: Iterable[object]) -> tuple[str, ...]:
+    """Return ``channels`` as a tuple or raise InvalidInputError naming the bad channel:
+    each a non-empty str without control characters or lone surrogates."""
+    checked: list[str] = []
+    for index, ch in enumerate(channels):
+        if not isinstance(ch, str) or not ch or any(ord(c) < 32 for c in ch):
+            raise InvalidInputError(
+                f"channel {ch!r} (channels[{index}]) must be a non-empty str without "
+                "control characters"
+            )
+        checked.append(check_text(f"channels[{index}]", ch))
+    return tuple(checked)
+
+
+def check_prefix(prefix: object) -> str | None:
+    """Return ``prefix`` (a stream-name prefix; None for all) or raise InvalidInputError."""
+    if prefix is None:
+        return None
+    if not isinstance(prefix, str):
+        raise InvalidInputError(f"prefix must be a str, got {type(prefix).__name__}")
+    return check_text("prefix", prefix)
+
+
+def check_limit(value: object, *, name: str = "limit", maximum: int = MAX_LIMIT) -> int:
+    """Return ``value`` or raise InvalidInputError naming ``name`` and its bounds: an int
+    from 1 to ``maximum`` (a bool is no int here)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise InvalidInputError(f"{name} must be an int from 1 to {maximum}, got {value!r}")
+    return value
+
+
+def check_cursor(name: str, cursor: object, *, optional: bool = True) -> str | None:
+    """Return ``cursor`` (None allowed when ``optional``) or raise InvalidCursorError naming
+    ``name``.
+
+    Only its type is checked: a str no store handed out is an unknown cursor, which reads
+    answer with a reset, never an error.
+    """
+    if not isinstance(cursor, str) and (cursor is not None or not optional):
+        raise InvalidCursorError(f"{name} must be a str from a previous read, got {cursor!r}")
+    return cursor
+
+
+def check_expected_version(value: object) -> int | None:
+    """Return ``value`` (None: no expectation) or raise InvalidInputError: an int >= 0."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise InvalidInputError(f"expected_version must be an int >= 0, got {value!r}")
+    return value
+
+
+def check_max_payload_bytes(value: object) -> int:
+    """Return ``value`` or raise InvalidInputError: a positive int."""
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise InvalidInputError(f"max_payload_bytes must be a positive int, got {value!r}")
+    return value
+
+
+def check_batch(
+    stream: str, events: Event | RawEvent | Iterable[Event | RawEvent]
+) -> list[Event | RawEvent]:
+    """The events of one append as a list (one event alone is a batch of one). Raises
+    InvalidInputError for an empty batch or one over :data:`MAX_BATCH`."""
+    batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
+    if not batch:
+        raise InvalidInputError(f"append to {stream!r} got no events")
+    if len(batch) > MAX_BATCH:
+        raise InvalidInputError(
+            f"append to {stream!r} got {len(batch)} events; the limit is {MAX_BATCH}"
+        )
+    return batch
+
+
+def check_types(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | None:
+    """The type names to filter by (None: every type). Raises InvalidInputError naming the
+    entry that is neither a type name nor an Event class with one."""
+    if types is None:
+        return None
+    names = []
+    for index, t in enumerate(types):
+        if isinstance(t, str):
+            names.append(check_text(f"types[{index}]", t))
+        elif isinstance(t, type) and issubclass(t, Event) and t.event_type:
+            names.append(t.event_type)
+        else:
+            raise InvalidInputError(f"types must hold type names or Event classes, got {t!r}")
+    return tuple(names)
+
+
+def encode_events(
+    events: Iterable[Event | RawEvent],
+    *,
+    clock: Clock,
+    ids: IdFactory,
+    max_payload_bytes: int,
+    run_id: str | None = None,
+    actor: str | None = None,
+    channels: Sequence[str] = (),
+    idempotency_key: str | None = None,
+) -> list[NewEvent]:
+    """Events encoded for storage: canonical JSON, one time from ``clock`` for the batch and
+    an id from ``ids`` for each event.
+
+    Raises InvalidInputError naming the label, channel or ``events[i]`` at fault (a bad
+    type name, a non-event, an id no store could keep) and PayloadError for a payload that
+    is not JSON or is over ``max_payload_bytes``.
+    """
+    check_label("run_id", run_id)
+    check_label("actor", actor)
+    check_label("idempotency_key", idempotency_key, empty=False)
+    chans = check_channels(channels)
+    time = clock().isoformat()
+    prepared: list[NewEvent] = []
+    for index, event in enumerate(events):
+        if type(event) is RawEvent:
+            type_name = event.type
+            if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
+                raise InvalidInputError(
+                    f"events[{index}]: raw event type {type_name!r} must be 1-200 characters "
+                    "of letters, digits and . _ : / @ + -, starting with a letter or digit"
+                )
+            value = event.payload
+        elif isinstance(event, Event):
+            type_name = type(event).event_type
+            if not type_name:
+                raise InvalidInputError(
+                    f"events[{index}]: {type(event).__qualname__} has no type name; "
+                    'define it as class X(cf.Event, type="x")'
+                )
+            value = event.model_dump(mode="json")
+        else:
+            raise InvalidInputError(
+                f"events[{index}] is a {type(event).__name__}: append takes cf.Event "
+                "instances or cf.RawEvent"
+            )
+        try:
+            data = orjson.dumps(value)
+        except TypeError:
+            data = b"null"  # the checked encoder below names the field at fault
+        if b"null" in data:
+            try:
+                data = canonical.encode_checked(
+                    value, where=f"events[{index}] ({type_name}) payload"
+                )
+            except ValueError as exc:
+                raise PayloadError(str(exc)) from exc
+        if len(data) > max_payload_bytes:
+            raise PayloadError(
+                f"events[{index}] ({type_name}): payload is {len(data)} bytes, over the "
+                f"limit of {max_payload_bytes}; store large content elsewhere and "
+                "reference it, or raise max_payload_bytes"
+            )
+        event_id = ids()
+        # An ASCII id (the usual case) costs three cheap tests; anything else the full check.
+        if not (type(event_id) is str and event_id and event_id.isascii()) or "\x00" in event_id:
+            check_label(
+                f"events[{index}]: the id from ids()", event_id, empty=False, optional=False
+            )
+        prepared.append(
+            NewEvent(
+                type_name,
+                data,
+                EventMeta(event_id, time, run_id, actor, idempotency_key, chans),
+            )
+        )
+    return prepared
