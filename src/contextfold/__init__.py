@@ -1,5 +1,8 @@
 """contextfold: the context of LLM agents as a pure function of an append-only journal."""
 
+# First: importing the package registers the built-in renderers, and ``cf.render`` is then
+# bound to the function below rather than to the package.
+from . import render as _renderers  # noqa: F401
 from .context import (
     PROTOCOL,
     SYSTEM_PROMPT_KEY,
@@ -14,17 +17,15 @@ from .context import (
     LlmRequestPolicy,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     PrefixMessage,
     Ref,
     RequestHeader,
-    TokenUsage,
     ToolCallResult,
     ToolCallStarted,
-    ToolDefinition,
     build_request,
     needs_compaction,
     register_actor_type,
+    render,
     wire_role,
 )
 from .context.rebuild import RequestDrift, RequestRecorded, rebuild_request, verify_requests
@@ -55,17 +56,7 @@ from .events import Envelope, Event, EventMeta, NewEvent, RawEvent, StoredEvent,
 from .folds import Fold, FrozenDict, FrozenList, Segment, SegmentedFold, SegmentedState
 from .folds.reader import FoldCache, Skipped
 from .journal import CompactionResult, Journal, SyncJournal, open_journal, open_journal_sync
-from .render.api import render
 from .render.envelope import Layer, Manifest, TurnEvent, coalesce, compile_turn
-from .render.neutral import (
-    NeutralMessage,
-    NeutralRequest,
-    RenderedRequest,
-    ToolCall,
-    ToolSpec,
-    Transport,
-    render_request,
-)
 from .render.prefix import SessionPrefix
 from .runtime import (
     Agent,
@@ -76,7 +67,6 @@ from .runtime import (
     LocalModel,
     LoopEvent,
     ModelClient,
-    ModelOutput,
     OpenAIChatModel,
     OpenAIResponsesModel,
     RunReport,
@@ -100,6 +90,17 @@ from .views import (
     elide,
     from_newest,
     newest,
+)
+from .wire import (
+    ModelOutput,
+    NeutralMessage,
+    NeutralRequest,
+    RenderedRequest,
+    ToolCall,
+    ToolDefinition,
+    Transport,
+    Usage,
+    render_request,
 )
 
 __all__ = [
@@ -151,7 +152,6 @@ __all__ = [
     "ModelClient",
     "ModelError",
     "ModelOutput",
-    "ModelToolCall",
     "NeutralMessage",
     "NeutralRequest",
     "NewEvent",
@@ -184,19 +184,18 @@ __all__ = [
     "StreamInfo",
     "SyncJournal",
     "TiktokenCounter",
-    "TokenUsage",
     "Tool",
     "ToolCall",
     "ToolCallResult",
     "ToolCallStarted",
     "ToolContext",
     "ToolDefinition",
-    "ToolSpec",
     "Toolbox",
     "Transport",
     "TurnBudgets",
     "TurnEvent",
     "UnknownEventTypeError",
+    "Usage",
     "ViewResult",
     "WrongExpectedVersionError",
     "approx_tokens",

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pytest
-from agents import Model, ModelResponse, ModelSettings, Tool, Usage
+from adk_helpers import ProbeStore
+from agents import Model, ModelResponse, ModelSettings, Tool, Usage, set_tracing_disabled
 from agents.agent_output import AgentOutputSchemaBase
 from agents.handoffs import Handoff
 from agents.items import TResponseInputItem, TResponseOutputItem, TResponseStreamEvent
@@ -21,14 +22,31 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
+from contextfold.errors import StoreUnavailableError
+from contextfold.events import Event, NewEvent, StoredEvent
+from contextfold.store.base import AppendResult, Store
+
 __all__ = [
     "BACKENDS",
     "Call",
+    "HookedStore",
     "ScriptedModel",
     "backend_url",
+    "decoded",
     "function_call",
     "text_message",
 ]
+
+E = TypeVar("E", bound=Event)
+
+
+def decoded(stored: StoredEvent, cls: type[E]) -> E:
+    """The stored event's payload as ``cls``."""
+    return cast(E, stored.decode(cls))
+
+
+# The SDK traces runs to OpenAI by default: these tests send nothing anywhere.
+set_tracing_disabled(True)
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
@@ -71,11 +89,11 @@ class Call:
 class ScriptedModel(Model):
     """A model that answers each request with the next scripted output (no network)."""
 
-    def __init__(self, *outputs: list[TResponseOutputItem]) -> None:
+    def __init__(self, *outputs: list[Any]) -> None:
         self.outputs = list(outputs)
         self.calls: list[Call] = []
 
-    def enqueue(self, output: list[TResponseOutputItem]) -> None:
+    def enqueue(self, output: list[Any]) -> None:
         self.outputs.append(output)
 
     def _answer(
@@ -104,7 +122,8 @@ class ScriptedModel(Model):
         prompt: Any,
     ) -> ModelResponse:
         output = self._answer(system_instructions, input, tools)
-        return ModelResponse(output=output, usage=Usage(requests=1), response_id=None)
+        response_id = f"resp_{len(self.calls)}"
+        return ModelResponse(output=output, usage=Usage(requests=1), response_id=response_id)
 
     async def stream_response(
         self,
@@ -122,7 +141,7 @@ class ScriptedModel(Model):
     ) -> AsyncIterator[TResponseStreamEvent]:
         output = self._answer(system_instructions, input, tools)
         response = Response(
-            id="resp_scripted",
+            id=f"resp_{len(self.calls)}",
             created_at=0,
             model="scripted",
             object="response",
@@ -135,3 +154,39 @@ class ScriptedModel(Model):
         yield ResponseCompletedEvent(
             type="response.completed", response=response, sequence_number=0
         )
+
+
+class HookedStore(ProbeStore):
+    """A probing store (reads recorded) whose appends can be preceded by another writer's
+    (``before``, called once per append with the events' types) or lose their outcome after
+    committing (``lose``: the append is stored, then the call fails as a lost connection)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.before: Callable[[str, tuple[str, ...]], Awaitable[None]] | None = None
+        self.lose: Callable[[tuple[str, ...]], bool] = lambda types: False
+
+    async def append(
+        self,
+        namespace: str,
+        stream: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int | None,
+        idempotency_key: str | None,
+    ) -> AppendResult:
+        types = tuple(event.type for event in events)
+        hook, self.before = self.before, None
+        if hook is not None:
+            await hook(stream, types)
+        done = await super().append(
+            namespace,
+            stream,
+            events,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+        if self.lose(types):
+            self.lose = lambda types: False
+            raise StoreUnavailableError(f"injected: the answer to an append to {stream!r} was lost")
+        return done

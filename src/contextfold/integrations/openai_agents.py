@@ -279,38 +279,41 @@ class JournalSession:
 
     async def _append(
         self,
-        events: Sequence[Event],
-        key: Callable[[int], str] | None,
+        make: Callable[[SessionState], Sequence[Event] | None],
+        key: Callable[[int, SessionState], str | None],
         *,
-        base: int | None = None,
-        remake: Callable[[SessionState], Sequence[Event] | None] | None = None,
-    ) -> SessionState:
-        """Append at the session's current version (its own newest event): retried while
-        only other writers' events moved the stream, remade by ``remake`` (None: give
-        up) when the session itself changed. Returns the state appended on."""
+        own: int | None = None,
+        lost: Callable[[int], None] | None = None,
+    ) -> SessionState | None:
+        """Append ``make(state)`` at the session's version (``own``: the position of its
+        newest event; by default the one read now), with ``key(own, state)``. Retried
+        while only other writers' events moved the stream; remade from the new state when
+        the session itself changed. ``make`` returning None appends nothing (returns None);
+        else returns the state the events were made from. A store failure other than a
+        conflict calls ``lost(own)`` (the outcome is unknown) and is raised."""
         state = await self._state()
-        own = state.last_position if base is None else base
+        own = state.last_position if own is None else own
         expected = own
+        events = make(state)
         for _ in range(_ATTEMPTS):
+            if events is None:
+                return None
             try:
                 await self.journal.append(
-                    self.stream,
-                    events,
-                    expected_version=expected,
-                    idempotency_key=key(own) if key is not None else None,
+                    self.stream, events, expected_version=expected, idempotency_key=key(own, state)
                 )
                 return state
             except WrongExpectedVersionError as exc:
-                state = await self._state()  # read after the refusal: sees its cause
-                if state.last_position == own:
+                fresh = await self._state()  # read after the refusal: sees its cause
+                if fresh.last_position == own:
                     expected = exc.actual
                     continue
-                if remake is None:
-                    raise
-                remade = remake(state)
-                if remade is None:
-                    return state
-                events, own, expected = remade, state.last_position, state.last_position
+                state, own, expected = fresh, fresh.last_position, fresh.last_position
+                events = make(state)
+            except StoreError:
+                if lost is not None:
+                    lost(own)
+                raise
         raise StoreError(f"stream {self.stream!r} moved under {_ATTEMPTS} appends in a row")
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -323,17 +326,16 @@ class JournalSession:
             return
         digest = sha256_hex(orjson.dumps(list(items)))
 
-        def key(version: int) -> str:
-            return _key("add", self.stream, version, digest)
+        def lost(own: int) -> None:
+            self._unsettled[digest] = own
 
         async def add() -> None:
-            base = self._unsettled.pop(digest, None)
-            try:
-                await self._append(events, key, base=base, remake=lambda state: events)
-            except StoreError as exc:
-                if not isinstance(exc, WrongExpectedVersionError):
-                    self._unsettled[digest] = base if base is not None else -1
-                raise
+            await self._append(
+                lambda state: events,
+                lambda own, state: _key("add", self.stream, own, digest),
+                own=self._unsettled.pop(digest, None),
+                lost=lost,
+            )
 
         await self._run(add)
 
@@ -341,29 +343,21 @@ class JournalSession:
         """Retract the newest item and return it (None when the session is empty): an
         ``item-retracted`` record appended at the version read, never a deletion."""
 
+        def retraction(state: SessionState) -> list[Event] | None:
+            if not state.length:
+                return None
+            newest = state.item(state.length - 1)
+            return [ItemRetracted(position=newest.position, sha256=item_sha256(newest))]
+
+        def key(own: int, state: SessionState) -> str:
+            newest = state.item(state.length - 1)
+            return _key("pop", self.stream, newest.position, item_sha256(newest))
+
         async def pop() -> TResponseInputItem | None:
-            state = await self._state()
-            for _ in range(_ATTEMPTS):
-                if not state.length:
-                    return None
-                newest = state.item(state.length - 1)
-                sha = item_sha256(newest)
-                event = ItemRetracted(position=newest.position, sha256=sha)
-                try:
-                    await self.journal.append(
-                        self.stream,
-                        event,
-                        expected_version=state.last_position,
-                        idempotency_key=_key("pop", self.stream, newest.position, sha),
-                    )
-                    return cast(TResponseInputItem, newest.decode())
-                except WrongExpectedVersionError as exc:
-                    fresh = await self._state()
-                    if fresh.last_position == state.last_position:
-                        await self._append([event], None, base=exc.actual)
-                        return cast(TResponseInputItem, newest.decode())
-                    state = fresh
-            raise StoreError(f"stream {self.stream!r} moved under {_ATTEMPTS} pops in a row")
+            state = await self._append(retraction, key)
+            if state is None:
+                return None
+            return cast(TResponseInputItem, state.item(state.length - 1).decode())
 
         result: TResponseInputItem | None = await self._run(pop)
         return result
@@ -470,15 +464,16 @@ class JournalSession:
                 return False
             events = self._compaction(window[first].position, len(window) - first, output)
 
-            async def replace() -> bool:
-                await self._append(events, None, base=state.last_position)
-                return True
+            def unchanged(now: SessionState) -> list[Event] | None:
+                # Only onto the history the snapshot saw: a changed session is left alone.
+                return events if now.last_position == state.last_position else None
 
-            try:
-                done: bool = await self._run(replace)
-            except WrongExpectedVersionError:
-                return False  # the session changed since the snapshot: nothing replaced
-            return done
+            async def replace() -> bool:
+                done = await self._append(unchanged, lambda own, now: None)
+                return done is not None
+
+            replaced: bool = await self._run(replace)
+            return replaced
 
         items = [cast(TResponseInputItem, stored.decode()) for stored in window]
         return _Snapshot(items, start == 0, replace_suffix)

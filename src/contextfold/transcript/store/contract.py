@@ -19,6 +19,7 @@ from typing import Any
 
 from ...errors import InvalidCursorError, InvalidInputError, StoreUnavailableError
 from ...journal.encode import check_stream
+from ...wire import Usage
 from ..history import read_history
 from ..parts import (
     INTERRUPTED,
@@ -30,7 +31,6 @@ from ..parts import (
     StepFinishPart,
     TextPart,
     ToolPart,
-    Usage,
 )
 from .base import MessagePage, TranscriptStore
 
@@ -174,7 +174,7 @@ class TranscriptStoreContract:
                     message_id=a.id,
                     time="t",
                     reason="stop",
-                    usage=Usage(input=1),
+                    usage=Usage(input_tokens=1),
                 ),
                 TextPart(id="y", session=S, message_id=b.id, text="for b"),
                 ReasoningPart(id="x", session=S, message_id=a.id, text="hmm"),
