@@ -1,4 +1,8 @@
-"""Compaction by cutoff: an ordinary projection change, not a state replacement.
+"""Compaction by cutoff: the agent context's compaction, an ordinary projection change.
+
+It is not a checkpoint (no stored state replaces the fold's: request rebuilds fold the
+events alone), and not ``journal.compact`` (a view's policy over a segmented fold), which
+raises a CompactionError for :data:`~contextfold.AgentContext` naming the steps below.
 
 1. When a response's input usage crosses ``threshold`` of the model's context window
    (:func:`needs_compaction`), the summarizer gets the exact request that crossed it
