@@ -426,3 +426,25 @@ def test_a_url_names_its_store_and_the_memory_store_takes_no_options(tmp_path: P
         cf.open_journal("mysql://x")
     journal = cf.open_journal(f"sqlite:///{tmp_path}/k.db", synchronous="FULL", namespace="n")
     assert journal.namespace == "n" and journal.url.endswith("k.db")
+
+
+class Said(cf.Event, type="test-journal/said"):
+    text: str
+
+
+SAID = cf.SegmentedFold("test_journal_said", data=str, summary=str, tag=None)
+SAID.open(Said)(lambda ev: cf.Segment(f"s{ev.position}", ev.payload.text))
+
+
+def test_the_sync_journal_checkpoints_and_compacts() -> None:
+    view = cf.ContextView(SAID, count=lambda segment: 10)
+    with cf.open_journal_sync("memory://") as journal:
+        journal.append("s", [Said(text=t) for t in "abcd"])
+        done = journal.compact(
+            SAID, "s", view=view, budget=30, summarize=lambda **kw: f"{len(kw['older'])}"
+        )
+        assert (done.compacted, done.summarized, done.state.summary) == (True, 3, "3")
+        kept = journal.checkpoint(
+            SAID, "s", lambda state: cf.SegmentedState([], f"{state.summary}+")
+        )
+        assert kept.summary == "3+" and journal.fold(SAID, "s") == kept
