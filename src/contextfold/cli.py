@@ -168,7 +168,7 @@ def demo(
 ) -> None:
     """Run the demo agent session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
-    from .runtime.models import ModelError
+    from .errors import ModelError
     from .store.urls import parse_store_url
 
     if db is None:

@@ -20,8 +20,8 @@ from .context.projection import AgentContext
 from .context.rebuild import verify_requests
 from .journal import open_journal
 from .render.envelope import Layer, TurnEvent, compile_turn
-from .render.neutral import NeutralMessage
 from .render.prefix import SessionPrefix
+from .runtime.clients import AnthropicModel, ModelClient, OpenAIChatModel
 from .runtime.events import (
     CompactionFinished,
     CompactionStarted,
@@ -40,7 +40,6 @@ from .runtime.events import (
 )
 from .runtime.local import LocalModel
 from .runtime.loop import Agent, system_prompt
-from .runtime.models import AnthropicModel, ModelClient, OpenAIChatModel
 from .runtime.transcript import TranscriptObserver
 from .transcript import (
     TranscriptBus,
@@ -50,6 +49,7 @@ from .transcript import (
     read_history,
 )
 from .views.tokens import approx_tokens
+from .wire import NeutralMessage
 
 __all__ = ["SAMPLE_WORKSPACE", "pick_model", "run_demo"]
 

@@ -254,6 +254,24 @@ def test_unknown_transport_is_refused() -> None:
         render_body(_snapshot_request(), "gemini")  # type: ignore[arg-type]
 
 
+def test_renderers_are_registered_once_per_transport() -> None:
+    # import contextfold registered the built-in ones; the registry keeps each transport's.
+    request = _snapshot_request()
+    before = render_body(request, "anthropic")
+    assert (
+        before
+        == json.dumps(
+            anthropic.render_anthropic(request), separators=(",", ":"), ensure_ascii=False
+        ).encode()
+    )
+    wire.register_renderer("anthropic", anthropic.render_anthropic)  # the same one: a no-op
+    with pytest.raises(RenderError, match="'anthropic' already has a renderer"):
+        wire.register_renderer("anthropic", openai_chat.render_openai_chat)
+    with pytest.raises(RenderError, match="unknown transport 'gemini'"):
+        wire.register_renderer("gemini", anthropic.render_anthropic)  # type: ignore[arg-type]
+    assert render_body(request, "anthropic") == before  # the refused one changed nothing
+
+
 @pytest.mark.parametrize("module", [wire, pairing, openai_chat, openai_responses, anthropic])
 def test_all_is_sorted_and_complete(module: Any) -> None:
     names = module.__all__

@@ -17,9 +17,9 @@ from contextfold.context.events import (
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.events import Event, StoredEvent
 from contextfold.journal import Journal, open_journal
-from contextfold.render.neutral import NeutralRequest, RenderedRequest
 from contextfold.runtime.events import LoopEvent, RequestSent
 from contextfold.runtime.scheduling import AgentHalted
+from contextfold.wire import NeutralRequest, RenderedRequest
 
 __all__ = [
     "STREAM",

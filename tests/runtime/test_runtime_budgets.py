@@ -10,11 +10,11 @@ from runtime_helpers import STREAM, Observer, halts_of, requests_of, text_of, us
 
 from contextfold.context.events import Actor, ContextAdded
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, ToolCall
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import LoopEvent, LoopHalted, ResponseRecorded
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, TurnBudgets
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 
 
 def ping(n: int) -> str:

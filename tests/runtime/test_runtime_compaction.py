@@ -14,11 +14,11 @@ from contextfold.context.events import ContextAdded
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, render_request
 from contextfold.render.prefix import SessionPrefix
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import CompactionFinished
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput, Usage
+from contextfold.wire import ModelOutput, NeutralRequest, Usage, render_request
 
 BIG = 100_000  # input tokens over 0.5 of the default 128k window
 
@@ -40,7 +40,8 @@ class Model:
         if is_summary_request(request):
             self.summaries.append(request)
             return ModelOutput(
-                text="SUMMARY: the user asked three questions.", usage=Usage(900, 20)
+                text="SUMMARY: the user asked three questions.",
+                usage=Usage(input_tokens=900, output_tokens=20),
             )
         self.requests.append(request)
         n = len(self.requests)
@@ -48,7 +49,9 @@ class Model:
         if heavy and self.journal is not None:
             # Arrives while the measured request runs: it must survive the compaction.
             await self.journal.append(STREAM, user("mid-turn message", behaviour="none"))
-        return ModelOutput(text=f"answer {n}", usage=Usage(BIG if heavy else 500, 10))
+        return ModelOutput(
+            text=f"answer {n}", usage=Usage(input_tokens=BIG if heavy else 500, output_tokens=10)
+        )
 
 
 def make_prefix() -> SessionPrefix:
@@ -56,7 +59,7 @@ def make_prefix() -> SessionPrefix:
 
     @prefix.contributor
     async def opener(next_: Any) -> Any:
-        from contextfold.render.neutral import NeutralMessage
+        from contextfold.wire import NeutralMessage
 
         return (NeutralMessage(role="user", content="<opener/>"), *await next_())
 
@@ -171,9 +174,9 @@ async def test_the_pressure_gate_compacts_before_an_oversized_request(journal: J
     def model(request: NeutralRequest) -> ModelOutput:
         if is_summary_request(request):
             summaries.append(request)
-            return ModelOutput(text="short summary", usage=Usage(10, 5))
+            return ModelOutput(text="short summary", usage=Usage(input_tokens=10, output_tokens=5))
         seen.append(request)
-        return ModelOutput(text="ok", usage=Usage(10, 5))
+        return ModelOutput(text="ok", usage=Usage(input_tokens=10, output_tokens=5))
 
     await journal.append(STREAM, system_prompt("Agent."))
     agent = Agent(
@@ -223,7 +226,7 @@ async def test_catch_up_compacts_only_the_newest_over_threshold_request_once(
     usages = iter([100_000, 110_000])
 
     def heavy(request: NeutralRequest) -> ModelOutput:
-        return ModelOutput(text="answer", usage=Usage(next(usages), 10))
+        return ModelOutput(text="answer", usage=Usage(input_tokens=next(usages), output_tokens=10))
 
     await journal.append(STREAM, system_prompt("Agent."))
     before = Agent(journal, STREAM, FunctionModel(heavy), compaction_threshold=1.0)

@@ -21,14 +21,14 @@ from contextfold.canonical import sha256_hex
 from contextfold.context.events import (
     ContextAdded,
     LlmResponse,
-    ModelToolCall,
     ToolCallResult,
 )
 from contextfold.context.rebuild import rebuild_request, verify_requests
 from contextfold.journal import Journal
+from contextfold.runtime.clients import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
 from contextfold.runtime.events import DeltaReceived
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import AnthropicModel, OpenAIChatModel, OpenAIResponsesModel
+from contextfold.wire import ToolCall
 
 
 def get_weather(city: str) -> str:
@@ -90,7 +90,7 @@ async def test_openai_chat_streaming_tool_call_then_text(journal: Journal) -> No
     # The streamed call was assembled from its fragments and the tool ran.
     responses = [e for _, e in await events_of(journal, STREAM, LlmResponse)]
     assert responses[0].tool_calls == (
-        ModelToolCall(id="call_1", name="get_weather", arguments=ARGUMENTS),
+        ToolCall(id="call_1", name="get_weather", arguments=ARGUMENTS),
     )
     assert responses[0].stop_reason == "tool_calls"
     assert responses[0].usage is not None and responses[0].usage.input_tokens == 50

@@ -12,9 +12,8 @@ import pytest
 from rich.console import Console
 
 from contextfold import demo as demo_module
-from contextfold.context.events import ContextAdded, ModelToolCall
+from contextfold.context.events import ContextAdded
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, RenderedRequest, ToolCall
 from contextfold.runtime.events import (
     LOOP_EVENT_TYPES,
     CompactionFinished,
@@ -32,14 +31,14 @@ from contextfold.runtime.events import (
     ToolFinished,
     ToolStarted,
 )
-from contextfold.runtime.models import ModelOutput
 from contextfold.runtime.tools import ToolOutcome
 from contextfold.runtime.transcript import TranscriptObserver
 from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
 from contextfold.transcript.store.base import TranscriptStore
+from contextfold.wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall
 
 SESSION = "session-1"
-CALL = ModelToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}')
+CALL = ToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}')
 RENDERED = RenderedRequest(transport="openai-chat", body=b'{"model":"m"}')
 NEUTRAL = NeutralRequest(model="m", system="", messages=())
 

@@ -8,7 +8,7 @@ from loopback import loopback, openai_text_stream
 
 from contextfold import Agent, ContextAdded, Journal, LlmResponse, OpenAIChatModel, system_prompt
 from contextfold.demo import pick_model
-from contextfold.runtime.models import LOCAL_SERVER_KEY
+from contextfold.runtime.clients import LOCAL_SERVER_KEY
 
 STREAM = "local"
 

@@ -5,29 +5,39 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from anthropic.types import Message, RawMessageStreamEvent
+from loopback import _Stream as SSE
 from loopback import anthropic_text_stream, loopback
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.responses import Response, ResponseStreamEvent
+from pydantic import TypeAdapter
 from runtime_helpers import STREAM, events_of, user
 
 import contextfold as cf
-from contextfold.context.events import LlmResponse
-from contextfold.errors import ContextfoldError
+from contextfold.context.events import ContextAdded, LlmResponse
+from contextfold.errors import ContextfoldError, ModelError
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralMessage, NeutralRequest, render_request
-from contextfold.runtime import models
-from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import (
+from contextfold.render import anthropic, openai_chat, openai_responses
+from contextfold.runtime.clients import (
     AnthropicModel,
     FunctionModel,
     ModelClient,
-    ModelError,
     OpenAIChatModel,
     OpenAIResponsesModel,
 )
+from contextfold.runtime.loop import Agent, system_prompt
+from contextfold.runtime.transcript import TranscriptObserver
+from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
+from contextfold.transcript.parts import StepFinishPart
+from contextfold.wire import ModelOutput, NeutralMessage, NeutralRequest, render_request
 
 REQUEST = NeutralRequest(
     model="m",
@@ -225,8 +235,8 @@ async def test_a_failing_function_model_is_a_model_error() -> None:
     with pytest.raises(ModelError, match="anthropic request to model 'local-llm'") as failed:
         await model.complete(REQUEST, render_request(REQUEST, "anthropic"))
     assert isinstance(failed.value.__cause__, ConnectionError)
-    # One class in the one error tree, importable from where it was.
-    assert ModelError is cf.ModelError is cf.errors.ModelError is models.ModelError
+    # One class in the one error tree.
+    assert ModelError is cf.ModelError is cf.errors.ModelError
     assert issubclass(ModelError, ContextfoldError)
 
 
@@ -279,3 +289,126 @@ async def test_anthropic_usage_counts_cached_prompt_tokens(journal: Journal, str
     assert response.usage.input_tokens == 1210
     assert response.usage.cached_input_tokens == 1000
     assert response.text == "cached answer"
+
+
+# -- usage, per provider, from recorded payloads: response, transcript and compaction paths ---
+
+PAYLOADS = Path(__file__).parent.parent / "render" / "payloads"
+RECORDED = [f"{t}{s}" for t in TRANSPORTS for s in ("", "-stream")]
+
+
+def recorded(name: str) -> Any:
+    return json.loads((PAYLOADS / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def text_only(name: str, data: Any) -> Any:
+    """The same answer without its tool calls (a final answer after the tool result)."""
+    data = copy.deepcopy(data)
+    if name == "openai-chat":
+        message = data["choices"][0]
+        message["message"].pop("tool_calls")
+        message["message"]["content"], message["finish_reason"] = "Done.", "stop"
+    elif name == "openai-responses":
+        data["output"] = [item for item in data["output"] if item["type"] != "function_call"]
+    elif name == "anthropic":
+        data["content"] = [block for block in data["content"] if block["type"] == "text"]
+        data["stop_reason"] = "end_turn"
+    elif name == "anthropic-stream":
+        data = [e for e in data if e["data"].get("index") != 1]
+        data[-2]["data"]["delta"]["stop_reason"] = "end_turn"
+    return data
+
+
+def reply(name: str, data: Any) -> Any:
+    """What the loopback server sends: the JSON, or the server-sent events of a stream."""
+    return SSE([(e["event"], e["data"]) for e in data]) if name.endswith("-stream") else data
+
+
+def usage_of(name: str, data: Any) -> cf.Usage:
+    """The usage the provider module reads from the payload, typed by the SDK as clients get it."""
+    transport = name.removesuffix("-stream")
+    module: Any = {
+        "openai-chat": openai_chat,
+        "openai-responses": openai_responses,
+        "anthropic": anthropic,
+    }[transport]
+    if not name.endswith("-stream"):
+        sdk_type: Any = {
+            "openai-chat": ChatCompletion,
+            "openai-responses": Response,
+            "anthropic": Message,
+        }[transport]
+        output = module.parse_response(sdk_type.model_validate(data))
+    else:
+        event_type: Any = {
+            "openai-chat": ChatCompletionChunk,
+            "openai-responses": ResponseStreamEvent,
+            "anthropic": RawMessageStreamEvent,
+        }[transport]
+        reader = module.StreamReader()
+        for event in data:
+            if isinstance(event["data"], dict) and event["event"] != "ping":
+                reader.feed(TypeAdapter(event_type).validate_python(event["data"]))
+        output = reader.result()
+    assert isinstance(output, ModelOutput)
+    return output.usage
+
+
+def sdk_model(name: str, base_url: str) -> ModelClient:
+    transport = name.removesuffix("-stream")
+    if transport == "openai-chat":
+        return OpenAIChatModel("gpt-4o", base_url=base_url, api_key="t")
+    if transport == "openai-responses":
+        return OpenAIResponsesModel("gpt-4o", base_url=base_url, api_key="t")
+    return AnthropicModel("claude-x", base_url=base_url, api_key="t")
+
+
+async def run_agent(journal: Journal, name: str, replies: list[Any], **options: Any) -> None:
+    with loopback(replies) as server:
+        model = sdk_model(name, server.base_url)
+        try:
+            await journal.append(STREAM, system_prompt("Agent."))
+            await journal.append(STREAM, user("check the tests"))
+            agent = Agent(
+                journal, STREAM, model, stream_responses=name.endswith("-stream"), **options
+            )
+            await agent.run_until_idle()
+        finally:
+            await model.client.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", RECORDED)
+async def test_usage_is_recorded_and_transcribed_as_the_provider_reported_it(
+    journal: Journal, name: str
+) -> None:
+    first = recorded(name)
+    final = text_only(name, first)  # answers the tool call's result, when there is one
+    store = open_transcript_store("sqlite:///:memory:")
+    await store.open()
+    try:
+        writer = TranscriptWriter(store, TranscriptBus())
+        rows = TranscriptObserver(writer, "s", clock=lambda: "2026-01-01T00:00:00+00:00")
+        await run_agent(journal, name, [reply(name, first), reply(name, final)], observer=rows)
+        responses = await events_of(journal, STREAM, LlmResponse)
+        expected = [usage_of(name, first), usage_of(name, final)][: len(responses)]
+        assert [response.usage for _, response in responses] == expected
+        assert expected[0].cached_input_tokens is not None  # every payload reports cache reads
+        steps = [await store.get_part("s", f"step-{r.request_offset}") for _, r in responses]
+        assert [step.usage for step in steps if isinstance(step, StepFinishPart)] == expected
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("name", RECORDED)
+async def test_a_summary_records_the_summarizer_usage_the_provider_reported(
+    journal: Journal, name: str
+) -> None:
+    answer = text_only(name, recorded(name))
+    # The answer's prompt crosses the (tiny) threshold: the same payload answers the summary.
+    await run_agent(
+        journal, name, [reply(name, answer), reply(name, answer)], compaction_threshold=0.005
+    )
+    summaries = [e for _, e in await events_of(journal, STREAM, ContextAdded) if e.compaction]
+    [summary] = summaries
+    assert summary.compaction is not None
+    assert summary.compaction.usage == usage_of(name, answer)

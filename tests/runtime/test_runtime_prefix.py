@@ -14,10 +14,10 @@ from contextfold.context.events import ContextAdded, LlmRequestRequested, Prefix
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import rebuild_request, verify_requests
 from contextfold.journal import Journal, open_journal
-from contextfold.render.neutral import NeutralMessage, NeutralRequest, ToolCall
 from contextfold.render.prefix import Next, SessionPrefix
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput
+from contextfold.wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall
 
 
 def note(text: str) -> str:

@@ -28,13 +28,13 @@ from contextfold.context.events import (
 )
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import RequestRecorded, rebuild_request, verify_requests
-from contextfold.errors import RebuildError
+from contextfold.errors import ModelError, RebuildError
 from contextfold.journal import Journal, open_journal
-from contextfold.render.neutral import NeutralRequest, ToolCall
 from contextfold.render.prefix import SessionPrefix
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import CompactionFinished, RequestRetried
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, Usage
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
 
 
 class Flaky:
@@ -79,7 +79,7 @@ async def test_a_failed_request_is_retried_byte_for_byte_by_a_new_instance(
 
     @prefix.contributor
     async def changed(next_: Any) -> Any:
-        from contextfold.render.neutral import NeutralMessage
+        from contextfold.wire import NeutralMessage
 
         return (NeutralMessage(role="user", content="a prefix the first instance had not"),)
 
@@ -252,12 +252,16 @@ class Session:
     def __call__(self, request: NeutralRequest) -> ModelOutput | str:
         self.calls += 1
         if request.messages[-1].content.startswith("Summarize the conversation"):
-            return ModelOutput(text="SUMMARY of everything so far", usage=Usage(500, 10))
+            return ModelOutput(
+                text="SUMMARY of everything so far", usage=Usage(input_tokens=500, output_tokens=10)
+            )
         if request.messages[-2].role == "tool":
-            usage = Usage(100_000 if self.calls == 4 else 300, 5)
+            usage = Usage(input_tokens=100_000 if self.calls == 4 else 300, output_tokens=5)
             return ModelOutput(text=f"answer {self.calls}", usage=usage)
         call = ToolCall(id=f"c{self.calls}", name="lookup", arguments=json.dumps({"topic": "x"}))
-        return ModelOutput(text="looking", tool_calls=(call,), usage=Usage(300, 5))
+        return ModelOutput(
+            text="looking", tool_calls=(call,), usage=Usage(input_tokens=300, output_tokens=5)
+        )
 
 
 async def run_session(journal: Journal, observer: Observer, questions: int = 4) -> None:

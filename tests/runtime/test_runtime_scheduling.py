@@ -28,14 +28,15 @@ from contextfold.context.events import (
     tool_result_item,
 )
 from contextfold.context.projection import AgentContext
+from contextfold.errors import ModelError
 from contextfold.events import RawEvent, StoredEvent
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import LoopEvent, RequestInterrupted, RequestSent
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler, behaviour_of, kind_of
 from contextfold.store.base import ReadResult
+from contextfold.wire import ModelOutput, NeutralRequest
 
 
 class Script:

@@ -20,7 +20,6 @@ from contextfold.context.events import (
     ContextAdded,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     ToolCallResult,
     ToolCallStarted,
     assistant_item,
@@ -28,11 +27,11 @@ from contextfold.context.events import (
 )
 from contextfold.events import Envelope, Event, EventMeta
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput
 from contextfold.runtime.scheduling import AGENT, TOOL_WRITER, Scheduler, behaviour_of, kind_of
 from contextfold.runtime.tools import ToolContext
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 
 FORGED = "refund DONE"
 
@@ -54,7 +53,7 @@ async def pending_call(journal: Journal) -> None:
     await journal.append(STREAM, user("charge 100"))
     first = await Agent(journal, STREAM, FunctionModel(model)).run_until_idle(max_steps=1)
     assert first.requests and (await journal.fold(Scheduler, STREAM)).outstanding == (
-        ModelToolCall(id=CALL.id, name=CALL.name, arguments=CALL.arguments),
+        ToolCall(id=CALL.id, name=CALL.name, arguments=CALL.arguments),
     )
 
 
@@ -162,7 +161,7 @@ def test_a_forged_item_is_judged_by_its_role_and_actor() -> None:
 
 # -- the fold itself, over any interleaving ----------------------------------------------------
 
-CALLS = tuple(ModelToolCall(id=f"c{n}", name="t", arguments="{}") for n in range(3))
+CALLS = tuple(ToolCall(id=f"c{n}", name="t", arguments="{}") for n in range(3))
 IDS = [c.id for c in CALLS]
 WRITERS = [AGENT, TOOL_WRITER, "webhook", None]
 

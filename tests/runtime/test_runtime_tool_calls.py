@@ -16,20 +16,20 @@ from contextfold.context.events import (
     ContextAdded,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     ToolCallResult,
     assistant_item,
 )
 from contextfold.context.request import UNVERIFIED_CALLS
+from contextfold.errors import ModelError
 from contextfold.events import Envelope
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, ToolCall, render_request
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import ResponseRecorded
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput
 from contextfold.runtime.scheduling import Scheduler
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, render_request
 
-DANGER = ModelToolCall(id="forged_1", name="danger", arguments=json.dumps({"target": "prod"}))
+DANGER = ToolCall(id="forged_1", name="danger", arguments=json.dumps({"target": "prod"}))
 
 
 class Danger:

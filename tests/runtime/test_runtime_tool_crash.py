@@ -16,8 +16,8 @@ from runtime_helpers import events_of
 
 from contextfold.context.events import ContextAdded, ToolCallResult, ToolCallStarted
 from contextfold.journal import open_journal
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent
-from contextfold.runtime.models import FunctionModel
 from contextfold.runtime.tool_runs import NOT_RERUN
 
 pytestmark = [

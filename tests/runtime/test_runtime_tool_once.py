@@ -18,11 +18,11 @@ import contextfold as cf
 from contextfold.context.events import ContextAdded, ToolCallResult, ToolCallStarted
 from contextfold.errors import InvalidInputError
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, ToolCall
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput
 from contextfold.runtime.tool_runs import NOT_RERUN
 from contextfold.runtime.tools import Tool, ToolContext, tool
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 
 
 class Stopped(BaseException):
@@ -197,9 +197,9 @@ def test_the_tool_context_is_not_an_argument_the_model_sees() -> None:
 
     made = Tool.from_function(refund)
     assert made.context_parameter == "ctx"
-    schema = json.loads(made.spec.parameters_json)
+    schema = json.loads(made.definition.parameters)
     assert set(schema["properties"]) == {"order", "amount"} and schema["required"] == ["order"]
-    assert "ToolContext" not in made.spec.parameters_json.decode()
+    assert "ToolContext" not in made.definition.parameters
 
     def twice(a: ToolContext, b: ToolContext) -> str:
         """Two contexts."""

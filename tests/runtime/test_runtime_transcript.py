@@ -12,17 +12,17 @@ import pytest
 from runtime_helpers import STREAM, requests_of, user
 
 from contextfold.context.events import LlmRequestInterrupted, LlmResponse
-from contextfold.errors import StoreError
+from contextfold.errors import ModelError, StoreError
 from contextfold.events import Event
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, RenderedRequest, ToolCall, Transport
+from contextfold.runtime.clients import FunctionModel, OnDelta
 from contextfold.runtime.events import LoopCancelled, LoopEvent, RequestInterrupted
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelError, ModelOutput, OnDelta
 from contextfold.runtime.transcript import TranscriptObserver
 from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
 from contextfold.transcript.parts import TextPart, ToolPart
 from contextfold.transcript.store.base import TranscriptStore
+from contextfold.wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, Transport
 
 SESSION = "session-1"
 

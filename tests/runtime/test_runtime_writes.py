@@ -20,11 +20,11 @@ from contextfold.context.events import (
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.events import Event, runtime_only_types
 from contextfold.journal import Journal
-from contextfold.render.neutral import NeutralRequest, ToolCall
+from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent, system_prompt
-from contextfold.runtime.models import FunctionModel, ModelOutput, Usage
 from contextfold.runtime.scheduling import AGENT, TOOL_WRITER, AgentHalted, TurnBudgets
 from contextfold.server.writers import is_runtime_type
+from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
 
 BIG = 100_000  # input tokens over half the default window: the answer is compacted
 
@@ -43,12 +43,18 @@ async def test_every_event_the_runtime_appends_is_declared_runtime_only(
         nonlocal calls
         calls += 1
         if request.messages[-1].content == COMPACTION_INSTRUCTION:
-            return ModelOutput(text="SUMMARY: adding numbers.", usage=Usage(900, 20))
+            return ModelOutput(
+                text="SUMMARY: adding numbers.", usage=Usage(input_tokens=900, output_tokens=20)
+            )
         if calls == 1:  # interrupted while it runs
             await journal.append(STREAM, user("stop, add 2 and 3", "interrupt"))
             await asyncio.Event().wait()
         call = ToolCall(id=f"c{calls}", name="add", arguments='{"a": 2, "b": 3}')
-        return ModelOutput(tool_calls=(call,), usage=Usage(BIG, 10), finish_reason="tool_calls")
+        return ModelOutput(
+            tool_calls=(call,),
+            usage=Usage(input_tokens=BIG, output_tokens=10),
+            finish_reason="tool_calls",
+        )
 
     await journal.append(STREAM, system_prompt("You add numbers."))
     await journal.append(STREAM, user("add 1 and 1"))

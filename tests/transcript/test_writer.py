@@ -36,11 +36,11 @@ from contextfold.transcript import (
     TranscriptBus,
     TranscriptStore,
     TranscriptWriter,
-    Usage,
     read_history,
     rebuild,
 )
 from contextfold.transcript.projector import BOUNDARY_TYPES
+from contextfold.wire import Usage
 
 S = "session-1"
 M = "msg-a"
@@ -220,7 +220,13 @@ async def test_step_boundaries_are_rows_with_usage_and_cost(
     await writer.publish(
         StepStarted(session=S, message_id=M, part_id="s1", time="t1", snapshot="snap-0")
     )
-    usage = Usage(input=1200, output=340, reasoning=55, cache_read=800, cache_write=64)
+    usage = Usage(
+        input_tokens=1200,
+        output_tokens=340,
+        reasoning_tokens=55,
+        cached_input_tokens=800,
+        cache_write_tokens=64,
+    )
     row = await writer.publish(
         StepFinished(
             session=S,
@@ -237,11 +243,11 @@ async def test_step_boundaries_are_rows_with_usage_and_cost(
     assert parts["s1"]["kind"] == "step-start" and parts["s1"]["snapshot"] == "snap-0"
     assert parts["s2"]["kind"] == "step-finish"
     assert parts["s2"]["usage"] == {
-        "input": 1200,
-        "output": 340,
-        "reasoning": 55,
-        "cache_read": 800,
-        "cache_write": 64,
+        "input_tokens": 1200,
+        "output_tokens": 340,
+        "cached_input_tokens": 800,
+        "cache_write_tokens": 64,
+        "reasoning_tokens": 55,
     }
     assert parts["s2"]["cost"] == pytest.approx(0.0123)
     assert parts["s2"]["reason"] == "stop"

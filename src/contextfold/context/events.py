@@ -45,21 +45,14 @@ __all__ = [
     "LlmRequestPolicy",
     "LlmRequestRequested",
     "LlmResponse",
-    "ModelToolCall",
     "PrefixMessage",
     "Ref",
     "RequestHeader",
-    "TokenUsage",
     "ToolCallResult",
     "ToolCallStarted",
-    "ToolDefinition",
     "assistant_item",
     "tool_result_item",
 ]
-
-# Transitional names, removed once every importer uses contextfold.wire's.
-ModelToolCall = ToolCall
-TokenUsage = Usage
 
 _ACTOR_TYPE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
 

@@ -1,5 +1,12 @@
 """The agent runtime: the loop, its typed events, scheduling, model clients and tools."""
 
+from .clients import (
+    AnthropicModel,
+    FunctionModel,
+    ModelClient,
+    OpenAIChatModel,
+    OpenAIResponsesModel,
+)
 from .events import (
     LOOP_EVENT_TYPES,
     AgentObserver,
@@ -21,16 +28,6 @@ from .events import (
 from .instance import RunReport, Status
 from .local import LocalModel
 from .loop import Agent, system_prompt
-from .models import (
-    AnthropicModel,
-    FunctionModel,
-    ModelClient,
-    ModelError,
-    ModelOutput,
-    OpenAIChatModel,
-    OpenAIResponsesModel,
-    Usage,
-)
 from .scheduling import AgentHalted, Decision, Scheduler, SchedulerState, TurnBudgets, decide
 from .tool_runs import NOT_RERUN, InterruptedToolPolicy
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool
@@ -53,8 +50,6 @@ __all__ = [
     "LoopEvent",
     "LoopHalted",
     "ModelClient",
-    "ModelError",
-    "ModelOutput",
     "Observers",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
@@ -74,7 +69,6 @@ __all__ = [
     "ToolStarted",
     "Toolbox",
     "TurnBudgets",
-    "Usage",
     "decide",
     "system_prompt",
     "tool",

@@ -31,12 +31,9 @@ __all__ = [
     "AnthropicModel",
     "FunctionModel",
     "ModelClient",
-    "ModelError",
-    "ModelOutput",
     "OnDelta",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
-    "Usage",
 ]
 
 OnDelta = Callable[[str, str], Awaitable[None] | None]
@@ -240,9 +237,9 @@ local servers (vLLM, Ollama) take any key, but the SDK refuses to start without 
 
 
 def _openai_client(base_url: str | None, api_key: str | None) -> Any:
-    if api_key is None and not os.environ.get("OPENAI_API_KEY"):
-        if base_url or os.environ.get("OPENAI_BASE_URL"):
-            api_key = LOCAL_SERVER_KEY
+    no_key = api_key is None and not os.environ.get("OPENAI_API_KEY")
+    if no_key and (base_url or os.environ.get("OPENAI_BASE_URL")):
+        api_key = LOCAL_SERVER_KEY
     return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import logging
 
 from ..context.compaction import build_summary_request, pick_compaction, summary_item
-from ..context.events import TokenUsage
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_state
 from ..context.state import AgentContextState
-from ..render.neutral import render_request
+from ..wire import render_request
 from .events import CompactionFinished, CompactionStarted
 from .instance import AgentInstance, RunReport
 from .scheduling import SchedulerState
@@ -70,12 +69,8 @@ class CompactionSteps(AgentInstance):
         await self._emit(CompactionStarted(offset=offset))
         self._cancel.check()  # no summary call for a cancelled agent either
         output = await self.model.complete(neutral, rendered)
-        usage = TokenUsage(
-            input_tokens=output.usage.input_tokens, output_tokens=output.usage.output_tokens
-        )
-        await self.journal.append(
-            self.stream, summary_item(output.text, cutoff=offset, usage=usage), actor="agent"
-        )
+        summary = summary_item(output.text, cutoff=offset, usage=output.usage)
+        await self.journal.append(self.stream, summary, actor="agent")
         report.compactions.append(offset)
         await self._emit(CompactionFinished(offset=offset, summary=output.text))
         return True

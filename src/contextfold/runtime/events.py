@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
-from ..context.events import ModelToolCall
-from ..render.neutral import NeutralRequest, RenderedRequest
-from .models import ModelOutput
+from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall
 from .tools import ToolOutcome
 
 __all__ = [
@@ -104,7 +102,7 @@ class ToolStarted:
     """A tool call's function is about to run."""
 
     kind: Literal["tool-started"] = "tool-started"
-    call: ModelToolCall
+    call: ToolCall
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,7 +110,7 @@ class ToolFinished:
     """A tool call's result was appended (an error result included)."""
 
     kind: Literal["tool-finished"] = "tool-finished"
-    call: ModelToolCall
+    call: ToolCall
     outcome: ToolOutcome
 
 

@@ -9,8 +9,8 @@ from typing import Literal
 from .._aio import CancelWatch
 from ..journal import Journal
 from ..render.prefix import PrefixInstance
+from .clients import ModelClient
 from .events import AgentObserver, LoopEvent
-from .models import ModelClient
 from .tools import Toolbox
 
 __all__ = ["AgentInstance", "RunReport", "Status"]

@@ -13,8 +13,8 @@ import re
 
 from ..context.compaction import COMPACTION_INSTRUCTION
 from ..context.request import TAIL_PREFIX, parse_item_header
-from ..render.neutral import NeutralMessage, NeutralRequest, ToolCall
-from .models import FunctionModel, ModelOutput
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall
+from .clients import FunctionModel
 
 __all__ = ["LocalModel"]
 

@@ -20,12 +20,12 @@ from .._aio import CancelWatch
 from ..context.events import ContextAdded
 from ..context.projection import AgentContext
 from ..context.state import SYSTEM_PROMPT_KEY
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ModelError
 from ..journal import Journal
 from ..render.prefix import SessionPrefix
+from .clients import ModelClient
 from .events import AgentObserver, LoopCancelled, LoopHalted
 from .instance import RunReport, Status
-from .models import ModelClient, ModelError
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
 from .tool_runs import InterruptedToolPolicy, run_calls
 from .tools import Toolbox

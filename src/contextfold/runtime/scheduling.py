@@ -25,7 +25,6 @@ from ..context.events import (
     LlmRequestInterrupted,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     ToolCallResult,
     ToolCallStarted,
 )
@@ -34,6 +33,7 @@ from ..context.state import AgentContextState
 from ..context.trust import is_external
 from ..events import Envelope, Event
 from ..folds.fold import Fold
+from ..wire import ToolCall
 
 __all__ = [
     "AGENT",
@@ -124,7 +124,7 @@ class SchedulerState(BaseModel):
     """The ``trusted_actor_types`` of the latest agent-written request header (a request
     without a header repeats the previous one): how later items are classified. Never the
     live registry, so a warm read and a cold rebuild agree."""
-    outstanding: tuple[ModelToolCall, ...] = ()
+    outstanding: tuple[ToolCall, ...] = ()
     """Tool calls of the latest request's verified assistant item not yet answered by a
     result: the only calls the loop runs (an ``LlmResponse`` is evidence, never a command)."""
     started: tuple[str, ...] = ()

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..context.events import ModelToolCall, ToolCallResult, ToolCallStarted, tool_result_item
+from ..context.events import ToolCallResult, ToolCallStarted, tool_result_item
 from ..journal import Journal
-from ..render.neutral import ToolCall
+from ..wire import ToolCall
 from .events import LoopEvent, ToolFinished, ToolStarted
 from .scheduling import AGENT, TOOL_WRITER
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome
@@ -55,7 +55,7 @@ async def run_calls(
     journal: Journal,
     stream: str,
     toolbox: Toolbox,
-    calls: Sequence[ModelToolCall],
+    calls: Sequence[ToolCall],
     *,
     started: Collection[str],
     policy: InterruptedToolPolicy,
@@ -72,7 +72,7 @@ async def run_calls(
         else:
             await emit(ToolStarted(call=call))
             outcome = await toolbox.call(
-                ToolCall(id=call.id, name=call.name, arguments=call.arguments),
+                call,
                 ToolContext(call.id, call.name, stream, resumed=resumed),
                 on_start=_recorder(journal, stream, call),
             )
@@ -87,7 +87,7 @@ async def run_calls(
     return ToolRuns(len(calls), tuple(not_rerun))
 
 
-def _recorder(journal: Journal, stream: str, call: ModelToolCall) -> Callable[[], Awaitable[None]]:
+def _recorder(journal: Journal, stream: str, call: ToolCall) -> Callable[[], Awaitable[None]]:
     async def record() -> None:
         started = ToolCallStarted(tool_call_id=call.id, name=call.name)
         await journal.append(stream, started, actor=AGENT)

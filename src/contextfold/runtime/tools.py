@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from .._aio import CancelWatch
 from ..canonical import canonical_json
-from ..render.neutral import ToolCall, ToolSpec
+from ..wire import ToolCall, ToolDefinition
 
 __all__ = ["Tool", "ToolContext", "ToolOutcome", "Toolbox", "tool"]
 
@@ -128,10 +128,13 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     @property
-    def spec(self) -> ToolSpec:
+    def definition(self) -> ToolDefinition:
+        """The tool as the model is offered it (its arguments' JSON schema, title left out)."""
         schema = self.arguments.model_json_schema()
         schema.pop("title", None)
-        return ToolSpec.from_schema(name=self.name, description=self.description, parameters=schema)
+        return ToolDefinition.from_schema(
+            name=self.name, description=self.description, parameters=schema
+        )
 
     async def call(
         self,
@@ -223,8 +226,8 @@ class Toolbox:
             self._tools[made.name] = made
 
     @property
-    def specs(self) -> tuple[ToolSpec, ...]:
-        return tuple(tool.spec for tool in self._tools.values())
+    def definitions(self) -> tuple[ToolDefinition, ...]:
+        return tuple(tool.definition for tool in self._tools.values())
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

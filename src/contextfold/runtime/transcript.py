@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import assert_never
 
 from ..transcript.parts import INTERRUPTED
-from ..transcript.parts import Usage as PartUsage
 from ..transcript.stream import (
     CompactionRequested,
     MessageFinished,
@@ -123,11 +122,6 @@ class TranscriptObserver:
                     time=now,
                 )
             )
-        usage = PartUsage(
-            input=output.usage.input_tokens,
-            output=output.usage.output_tokens,
-            cache_read=output.usage.cached_input_tokens,
-        )
         await w.publish(
             StepFinished(
                 session=s,
@@ -135,7 +129,7 @@ class TranscriptObserver:
                 part_id=step,
                 time=now,
                 reason=output.finish_reason,
-                usage=usage,
+                usage=output.usage,
             )
         )
         if not output.tool_calls:

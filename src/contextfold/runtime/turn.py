@@ -19,10 +19,7 @@ from ..context.events import (
     LlmRequestInterrupted,
     LlmRequestRequested,
     LlmResponse,
-    ModelToolCall,
     RequestHeader,
-    TokenUsage,
-    ToolDefinition,
     assistant_item,
 )
 from ..context.projection import AgentContext
@@ -30,14 +27,9 @@ from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
-from ..errors import CorruptEventError, RenderError
+from ..errors import CorruptEventError, ModelError, RenderError
 from ..events import Envelope, StoredEvent
-from ..render.neutral import (
-    NeutralRequest,
-    RenderedRequest,
-    ToolCall,
-    render_request,
-)
+from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .compacting import CompactionSteps
 from .events import (
     DeltaReceived,
@@ -48,7 +40,6 @@ from .events import (
     ResponseRecorded,
 )
 from .instance import RunReport
-from .models import ModelError, ModelOutput
 from .scheduling import AGENT, Decision, behaviour_of
 
 __all__ = ["TurnSteps"]
@@ -71,15 +62,7 @@ class TurnSteps(CompactionSteps):
             session_prefix=prefix_snapshot(prefix),
             # The registry is process state: the header records it so rebuilds agree.
             trusted_actor_types=trusted_extensions(),
-            tools=tuple(
-                ToolDefinition(
-                    name=s.name,
-                    description=s.description,
-                    parameters=s.parameters_json.decode(),
-                    strict=s.strict,
-                )
-                for s in self.toolbox.specs
-            ),
+            tools=self.toolbox.definitions,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             stream=self.stream_responses,
@@ -265,24 +248,18 @@ class TurnSteps(CompactionSteps):
                 for c in dropped
             )
             text = f"{text}\n{notes}" if text else notes
-        usage = TokenUsage(
-            input_tokens=output.usage.input_tokens,
-            output_tokens=output.usage.output_tokens,
-            cached_input_tokens=output.usage.cached_input_tokens or None,
-        )
         response = LlmResponse(
             request_offset=offset,
             model=self.model.model,
             text=text,
             tool_calls=calls,
-            usage=usage,
+            usage=output.usage,
             stop_reason=output.finish_reason,
         )
         # assistant_item reads only the payload: the envelope is the one for pure use.
         item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
         await self.journal.append(self.stream, [response, item], actor="agent")
-        recorded = tuple(ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls)
-        recorded_output = replace(output, text=text, tool_calls=recorded)
+        recorded_output = replace(output, text=text, tool_calls=calls)
         await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
 
 
@@ -330,9 +307,7 @@ def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCa
     return kept, dropped
 
 
-def _unique_calls(
-    calls: Sequence[ToolCall], used: set[str], offset: int
-) -> tuple[ModelToolCall, ...]:
+def _unique_calls(calls: Sequence[ToolCall], used: set[str], offset: int) -> tuple[ToolCall, ...]:
     """The calls of the response to request @offset, each with an id no other call in the
     context has (``used``) nor an earlier call of the same response.
 
@@ -342,7 +317,7 @@ def _unique_calls(
     ``[a-zA-Z0-9_-]``). Deterministic, and the journal records only the new ids.
     """
     taken = set(used)
-    unique: list[ModelToolCall] = []
+    unique: list[ToolCall] = []
     for call in calls:
         base = call.id or "call"  # some servers send no id at all
         candidate, n = base, 1
@@ -350,5 +325,5 @@ def _unique_calls(
             candidate = f"{base}-{offset}" if n == 1 else f"{base}-{offset}-{n}"
             n += 1
         taken.add(candidate)
-        unique.append(ModelToolCall(id=candidate, name=call.name, arguments=call.arguments))
+        unique.append(call if candidate == call.id else call.model_copy(update={"id": candidate}))
     return tuple(unique)

@@ -20,6 +20,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
+from ..wire import Usage
+
 __all__ = [
     "INTERRUPTED",
     "PART_TYPES",
@@ -39,7 +41,6 @@ __all__ = [
     "TextPart",
     "ToolPart",
     "ToolState",
-    "Usage",
     "close_message",
     "close_part",
     "decode_part",
@@ -200,21 +201,6 @@ class SubtaskPart(_PartBase):
     """A short description for UIs."""
 
 
-class Usage(_Row):
-    """Tokens one step used."""
-
-    input: int = Field(default=0, ge=0)
-    """Prompt tokens not read from the cache."""
-    output: int = Field(default=0, ge=0)
-    """Generated tokens (reasoning excluded)."""
-    reasoning: int = Field(default=0, ge=0)
-    """Reasoning tokens."""
-    cache_read: int = Field(default=0, ge=0)
-    """Prompt tokens read from the provider's cache."""
-    cache_write: int = Field(default=0, ge=0)
-    """Prompt tokens written to the provider's cache."""
-
-
 class StepStartPart(_PartBase):
     """Start of one model step (one provider request)."""
 
@@ -223,6 +209,15 @@ class StepStartPart(_PartBase):
     """ISO-8601 time the step started."""
     snapshot: str | None = None
     """Id of the workspace snapshot taken before the step, if any."""
+
+
+_LEGACY_USAGE = {
+    "input": "input_tokens",
+    "output": "output_tokens",
+    "reasoning": "reasoning_tokens",
+    "cache_read": "cached_input_tokens",
+    "cache_write": "cache_write_tokens",
+}
 
 
 class StepFinishPart(_PartBase):
@@ -234,11 +229,20 @@ class StepFinishPart(_PartBase):
     reason: str
     """Why the step ended (``"stop"``, ``"tool-calls"``, ``"length"``…)."""
     usage: Usage = Field(default_factory=Usage)
-    """Tokens the step used."""
+    """Tokens the step used, as the model call reported them (``contextfold.wire.Usage``)."""
     cost: float = Field(default=0.0, ge=0)
     """What the step cost, in US dollars."""
     snapshot: str | None = None
     """Id of the workspace snapshot taken after the step, if any."""
+
+    @field_validator("usage", mode="before")
+    @classmethod
+    def _legacy_usage(cls, value: Any) -> Any:
+        # Rows written before the transcript used the wire model's usage: the same counts
+        # under the old names (their ``input`` already held the whole prompt).
+        if isinstance(value, Mapping) and not _LEGACY_USAGE.keys().isdisjoint(value):
+            return {_LEGACY_USAGE.get(name, name): count for name, count in value.items()}
+        return value
 
     @field_validator("cost")
     @classmethod

@@ -31,7 +31,8 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from ..events import Event
-from .parts import Part, Role, ToolState, Usage
+from ..wire import Usage
+from .parts import Part, Role, ToolState
 
 __all__ = [
     "BOUNDARY_EVENTS",
