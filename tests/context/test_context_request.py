@@ -12,6 +12,7 @@ from context_helpers import HEADER, Log, time_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import contextfold as cf
 from contextfold.context import (
     PROTOCOL,
     SYSTEM_PROMPT_KEY,
@@ -41,6 +42,7 @@ from contextfold.wire import (
     ToolCall,
     ToolDefinition,
     render_body,
+    render_request,
 )
 
 FULL = RequestHeader(
@@ -744,3 +746,28 @@ def test_prefix_snapshot_logs_the_composed_session_prefix() -> None:
 def test_prefix_snapshot_refuses_what_cannot_be_logged(message: NeutralMessage) -> None:
     with pytest.raises(RenderError, match="session prefix message 0"):
         prefix_snapshot((message,))
+
+
+# -- rendering a state ---------------------------------------------------------------------------
+
+
+def test_render_gives_the_state_request_body_for_its_header_or_another() -> None:
+    log = Log()
+    log.add("user", "Deploy please.")
+    log.request(FULL)
+    state = log.state()
+    rendered = cf.render(state)
+    assert rendered == render_request(build_request(state), "openai-chat")
+    assert rendered.transport == "openai-chat" and cf.render(state) == rendered  # pure
+    other = cf.render(state, transport="anthropic")
+    anthropic_header = FULL.model_copy(update={"transport": "anthropic"})
+    assert other == render_request(build_request(state, anthropic_header), "anthropic")
+    chosen = RequestHeader(transport="openai-responses", model="gpt-5")
+    assert cf.render(state, header=chosen).json()["model"] == "gpt-5"
+
+
+def test_render_needs_a_header() -> None:
+    log = Log()
+    log.add("user", "hi")
+    with pytest.raises(RenderError, match="no request header"):
+        cf.render(log.state())

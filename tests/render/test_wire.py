@@ -674,10 +674,10 @@ def _expected_wire_role(transport: Transport, message: NeutralMessage, leading: 
 
 def _check_pairing(transport: Transport, body: dict[str, Any]) -> None:
     if transport == "openai-chat":
-        wire = body["messages"]
-        for index, message in enumerate(wire):
+        chat = body["messages"]
+        for index, message in enumerate(chat):
             ids = [call["id"] for call in message.get("tool_calls", ())]
-            following = wire[index + 1 : index + 1 + len(ids)]
+            following = chat[index + 1 : index + 1 + len(ids)]
             assert sorted(m.get("tool_call_id") for m in following) == sorted(ids)
     elif transport == "openai-responses":
         items = body["input"]
