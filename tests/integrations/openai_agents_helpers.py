@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import json
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -30,10 +34,14 @@ __all__ = [
     "BACKENDS",
     "Call",
     "HookedStore",
+    "Received",
+    "ResponsesServer",
     "ScriptedModel",
     "backend_url",
     "decoded",
     "function_call",
+    "response_json",
+    "responses_server",
     "text_message",
 ]
 
@@ -190,3 +198,87 @@ class HookedStore(ProbeStore):
             self.lose = lambda types: False
             raise StoreUnavailableError(f"injected: the answer to an append to {stream!r} was lost")
         return done
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request the loopback server got: its path and exact body bytes."""
+
+    path: str
+    body: bytes
+
+
+class ResponsesServer(ThreadingHTTPServer):
+    """An OpenAI Responses endpoint on 127.0.0.1 answering each POST with the next scripted
+    ``Response`` JSON, recording the exact bytes it got."""
+
+    daemon_threads = True
+
+    def __init__(self, replies: list[dict[str, Any]]) -> None:
+        super().__init__(("127.0.0.1", 0), _ResponsesHandler)
+        self.replies = list(replies)
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+
+class _ResponsesHandler(BaseHTTPRequestHandler):
+    server: ResponsesServer
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with self.server.lock:
+            self.server.received.append(Received(self.path, body))
+            reply = self.server.replies.pop(0) if self.server.replies else None
+        if reply is None:
+            self.send_error(500, "no scripted reply left")
+            return
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        pass
+
+
+@contextmanager
+def responses_server(replies: list[dict[str, Any]]) -> Iterator[ResponsesServer]:
+    """Serve ``replies`` (one per request, in order) on a free loopback port."""
+    server = ResponsesServer(replies)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def response_json(*output: dict[str, Any]) -> dict[str, Any]:
+    """A whole Responses API answer with these output items."""
+    return {
+        "id": "resp_loopback",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-4.1",
+        "status": "completed",
+        "output": list(output),
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 20,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 5,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": 25,
+        },
+    }

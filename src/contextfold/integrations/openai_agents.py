@@ -1,4 +1,6 @@
-"""OpenAI Agents SDK sessions on the journal: :class:`JournalSession`, an SDK ``Session``.
+"""The OpenAI Agents SDK on the journal: :class:`JournalSession`, an SDK ``Session``, and
+:class:`JournalModel`, an SDK ``Model`` through which contextfold renders, records and sends
+each request (see :mod:`._openai_agents_model`).
 
 One stream per session, ``openai-agents/session/{session_id}`` (the id escaped: ``%``,
 ``/``, whitespace and unprintable characters as ``%XX``), holding::
@@ -58,6 +60,8 @@ try:
     from agents.memory import SessionSettings
     from agents.memory import session as _sdk_session
     from agents.memory import session_settings as _sdk_settings
+
+    from ._openai_agents_model import MODEL_RECORD, JournalModel, ModelInputRecorded, ModelRecord
 except ImportError as exc:  # pragma: no cover - exercised in a child process by the tests
     raise ImportError(
         "contextfold.integrations.openai_agents needs the OpenAI Agents SDK: "
@@ -65,10 +69,14 @@ except ImportError as exc:  # pragma: no cover - exercised in a child process by
     ) from exc
 
 __all__ = [
+    "MODEL_RECORD",
     "SESSION_FOLD",
     "ItemAdded",
     "ItemRetracted",
+    "JournalModel",
     "JournalSession",
+    "ModelInputRecorded",
+    "ModelRecord",
     "SessionCleared",
     "SessionCompacted",
     "SessionState",
