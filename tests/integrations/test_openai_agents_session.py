@@ -250,6 +250,9 @@ async def test_bad_session_ids_and_journals_are_refused(journal: cf.Journal) -> 
         JournalSession(journal, 42)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="session_id"):
         JournalSession(journal, "bad\ud800")
+    with pytest.raises(InvalidInputError, match="session_id"):
+        JournalSession(journal, "", stream="chosen")
+    assert JournalSession(journal, "s", stream="chosen").stream == "chosen"
     with pytest.raises(InvalidInputError, match=r"cf\.Journal"):
         JournalSession("sqlite:///x.db", "s")  # type: ignore[arg-type]
 

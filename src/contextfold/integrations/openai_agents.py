@@ -103,8 +103,8 @@ def _escape(part: str) -> str:
 
 def session_stream(session_id: str) -> str:
     """The stream of a session. Raises InvalidInputError naming the session id at fault."""
-    if not isinstance(session_id, str):
-        raise InvalidInputError(f"session_id must be a str, got {type(session_id).__name__}")
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r:.80}")
     try:
         return check_stream(
             "openai-agents/session/" + _escape(check_text("session_id", session_id))
@@ -188,7 +188,8 @@ class JournalSession:
         hard_clear: bool = False,
     ) -> None:
         self._bridge = JournalBridge(journal, what="JournalSession")
-        self.stream = session_stream(session_id) if stream is None else check_stream(stream)
+        derived = session_stream(session_id)  # checks the id, whichever stream is used
+        self.stream = derived if stream is None else check_stream(stream)
         self.session_id = session_id
         self.session_settings: SessionSettings | None = _settings(session_settings)
         self.budget = _check_budget(budget)
