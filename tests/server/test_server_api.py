@@ -63,8 +63,10 @@ async def test_pages_continue_from_the_cursor(server: Running) -> None:
         await server.client.get("/v1/streams/s/events", params={"after": first["cursor"]})
     ).json()
     assert [e["payload"]["text"] for e in rest["events"]] == ["c"] and not rest["more"]
-    unknown = (await server.client.get("/v1/streams/s/events", params={"after": "999"})).json()
-    assert unknown["reset"] and len(unknown["events"]) == 3
+    # a cursor naming no event of the stream is a mistake to report, not a restart
+    unknown = await server.client.get("/v1/streams/s/events", params={"after": "999"})
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "UnknownCursorError"
 
 
 async def test_idempotent_retry_returns_the_original_positions(

@@ -52,17 +52,21 @@ def test_serve_limits_default_to_the_servers_and_refuse_nonsense() -> None:
 class Served:
     """``contextfold serve`` in a child process, on a free loopback port, with its log."""
 
-    def __init__(self, tmp_path: Path, env: dict[str, str]) -> None:
+    def __init__(self, tmp_path: Path, env: dict[str, str], *, url: bool = True) -> None:
+        """``url``: pass ``--url`` (else the command finds its journal by itself)."""
         self.port = _free_port()
         self.db = tmp_path / "served.db"
         self.log_path = tmp_path / "serve.log"
         self._log = self.log_path.open("wb")
-        command = ["serve", "--url", f"sqlite:///{self.db}", "--port", str(self.port)]
+        command = ["serve", "--port", str(self.port)]
+        if url:
+            command += ["--url", f"sqlite:///{self.db}"]
         self.child = subprocess.Popen(
             [sys.executable, "-m", "contextfold", *command],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={"PATH": "/usr/bin:/bin", **env},
+            cwd=tmp_path,
         )
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=30)
 
@@ -183,3 +187,53 @@ def test_serve_has_the_trusted_token_option() -> None:
     assert "--trusted-token" in result.output and "--header-timeout" in result.output
     params = inspect.signature(cli.serve).parameters
     assert params["header_timeout"].default == DEFAULT_HEADER_TIMEOUT
+
+
+def _seed_session(url: str) -> None:
+    """A stream and a transcript message with a part, in the one database at ``url``."""
+    import asyncio
+
+    import contextfold as cf
+    from contextfold.transcript.parts import Message, TextPart
+    from contextfold.transcript.store.factory import open_transcript_store
+
+    async def run() -> None:
+        async with cf.open_journal(url) as journal:
+            await journal.append("chat", cf.ContextAdded(role="user", content="hello?"))
+        async with open_transcript_store(url) as store:
+            message = Message(id="m1", session="chat", role="user", created="2025-01-01")
+            part = TextPart(id="p1", session="chat", message_id="m1", text="hello?")
+            await store.write(messages=[message], parts=[part])
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("where", ["default", "environment"])
+def test_serve_finds_the_journal_every_command_uses_with_its_transcript(
+    tmp_path: Path, where: str
+) -> None:
+    """No --url: the default journal (where the demo writes) or CONTEXTFOLD_URL, as for
+    every command; the transcript kept in the same database is served with it."""
+    from contextfold.cli import DEFAULT_URL, URL_ENV
+
+    if where == "default":
+        env: dict[str, str] = {}
+        (tmp_path / ".contextfold").mkdir()
+        url = f"sqlite:///{tmp_path / DEFAULT_URL.removeprefix('sqlite:///')}"
+    else:
+        url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+        env = {URL_ENV: url}
+    _seed_session(url)
+    served = Served(tmp_path, env, url=False)
+    try:
+        served.wait_ready()
+        listed = served.client.get("/v1/streams").json()
+        assert listed == {"streams": [{"stream": "chat", "version": 1}]}
+        rows = served.client.get("/v1/sessions/chat/transcript").json()
+        assert [entry["message"]["id"] for entry in rows["messages"]] == ["m1"]
+        assert rows["messages"][0]["parts"][0]["text"] == "hello?"
+        served.interrupt()
+    finally:
+        output = served.close()
+    assert "Traceback" not in output, output
+    assert not served.db.exists()

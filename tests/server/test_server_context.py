@@ -97,7 +97,9 @@ async def test_verify_reports_drifts(server: Running, journal: cf.Journal) -> No
     assert (await server.client.get("/v1/streams/agent/verify")).json() == {
         "stream": "agent",
         "ok": True,
+        "requests": 1,
         "drifts": [],
+        "corrupt": [],
     }
     bad = good.model_copy(update={"sha256": "0" * 64})
     await server.client.post("/v1/streams/agent/events", json={"events": [raw(bad)]})
@@ -113,6 +115,9 @@ async def test_verify_reports_drifts(server: Running, journal: cf.Journal) -> No
     ]
 
 
-async def test_an_empty_stream_has_an_empty_context(server: Running) -> None:
-    context = (await server.client.get("/v1/streams/nobody/context")).json()
-    assert context["version"] == 0 and context["system"] == [] and context["history"] == []
+async def test_a_stream_without_events_has_no_context(server: Running) -> None:
+    for route in ("context", "verify", "events", "requests/1"):
+        response = await server.client.get(f"/v1/streams/nobody/{route}")
+        assert response.status_code == 404, route
+        error = response.json()["error"]
+        assert error["type"] == "UnknownStreamError" and "'nobody'" in error["message"]

@@ -12,6 +12,7 @@ Routes (JSON unless noted; the namespace is the ``X-Contextfold-Namespace`` head
     GET  /v1/streams/{stream}/tail                SSE: events as they land (resumable)
     GET  /v1/sessions/{session}/transcript        transcript rows (with transcript=)
     GET  /v1/sessions/{session}/live              SSE of the transcript bus (with bus=)
+    GET  /openapi.json                            the OpenAPI 3.1 description of all of it
 
 Errors are JSON ``{"error": {"type", "message"}}`` (see :mod:`.errors`); no failed request
 writes anything. The app never opens or closes the journal it is given: its owner does.
@@ -21,8 +22,9 @@ Appending is authority only where the operator grants it (see :mod:`.writers`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from importlib import resources
+from importlib import metadata, resources
 
+import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -45,6 +47,7 @@ from .limits import (
     RequestLimits,
     check_positive_seconds,
 )
+from .openapi import OPENAPI_PATH, openapi_schema
 from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
@@ -165,7 +168,18 @@ def create_app(
         slots=slots,
         namespaces=served,
     )
-    routes: list[BaseRoute] = [*streams.routes(), *sessions.routes(), *_inspector_routes()]
+    document = openapi_schema(
+        max_body_bytes=max_body_bytes,
+        authenticated=bool(tokens),
+        namespaced=served is not None,
+        version=_version(),
+    )
+    routes: list[BaseRoute] = [
+        *streams.routes(),
+        *sessions.routes(),
+        *_inspector_routes(),
+        _openapi_route(orjson.dumps(document)),
+    ]
     middleware = [
         Middleware(
             RequestLimits,
@@ -197,6 +211,20 @@ def create_app(
 def _check_count(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("contextfold")
+    except metadata.PackageNotFoundError:  # pragma: no cover - run from a source tree
+        return "0"
+
+
+def _openapi_route(document: bytes) -> Route:
+    async def openapi(request: Request) -> Response:
+        return Response(document, media_type="application/json")
+
+    return Route(OPENAPI_PATH, openapi, methods=["GET"])
 
 
 def _inspector_routes() -> list[BaseRoute]:

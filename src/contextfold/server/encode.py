@@ -8,50 +8,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..context.rebuild import RequestDrift
 from ..context.request import item_header
 from ..context.state import AgentContextState, ContextItem
 from ..context.trust import is_external, wire_role
-from ..errors import CorruptEventError
-from ..events import StoredEvent
+from ..inspection import event_json
 from ..store.base import AppendResult, ReadResult, StreamInfo
 from ..transcript.parts import MessageWithParts
 
 __all__ = [
     "append_json",
     "context_json",
-    "drifts_json",
     "event_json",
     "page_json",
     "streams_json",
     "transcript_json",
 ]
-
-
-def event_json(event: StoredEvent) -> dict[str, Any]:
-    """A stored event: coordinates, type, payload and meta. A payload that no longer
-    decodes is ``null`` with ``payload_error`` naming the row (a listing never fails on it)."""
-    body: dict[str, Any] = {
-        "position": event.position,
-        "global_position": event.global_position,
-        "cursor": event.cursor,
-        "type": event.type,
-    }
-    try:
-        body["payload"] = event.payload
-    except CorruptEventError as exc:
-        body["payload"] = None
-        body["payload_error"] = str(exc)
-    meta = event.meta
-    body["meta"] = {
-        "event_id": meta.event_id,
-        "time": meta.time,
-        "run_id": meta.run_id,
-        "actor": meta.actor,
-        "idempotency_key": meta.idempotency_key,
-        "channels": list(meta.channels),
-    }
-    return body
 
 
 def page_json(stream: str, page: ReadResult) -> dict[str, Any]:
@@ -109,22 +80,6 @@ def context_json(stream: str, version: int, state: AgentContextState) -> dict[st
         "header": state.header.model_dump(mode="json") if state.header is not None else None,
         "system": [_item_json(item, state, developer_role) for item in state.system],
         "history": [_item_json(item, state, developer_role) for item in state.history],
-    }
-
-
-def drifts_json(stream: str, drifts: Sequence[RequestDrift]) -> dict[str, Any]:
-    return {
-        "stream": stream,
-        "ok": not drifts,
-        "drifts": [
-            {
-                "request_offset": d.request_offset,
-                "recorded": d.recorded,
-                "rebuilt": d.rebuilt,
-                "error": d.error,
-            }
-            for d in drifts
-        ],
     }
 
 

@@ -10,6 +10,8 @@ subclasses of the tree, so a Python caller catching ``InvalidInputError`` catche
     ├── ForbiddenError               403  a namespace outside the server's allow-list
     ├── NotFoundError                404  unknown route, or a surface this server lacks
     ├── RebuildError                 404  the offset is no recorded request
+    ├── UnknownStreamError           404  a read of a stream without events
+    ├── UnknownCursorError           404  ``after`` names no event of the stream
     ├── StoreError
     │   ├── ConflictError            409  wrong expected version, idempotency key reuse
     │   └── StoreUnavailableError    503
@@ -39,6 +41,8 @@ from ..errors import (
     RebuildError,
     StoreFileMovedError,
     StoreUnavailableError,
+    UnknownCursorError,
+    UnknownStreamError,
 )
 
 __all__ = [
@@ -111,6 +115,8 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (ForbiddenError, 403),
     (NotFoundError, 404),
     (RebuildError, 404),
+    (UnknownStreamError, 404),
+    (UnknownCursorError, 404),  # before InvalidInputError, its base: a well-formed cursor
     (ConflictError, 409),
     (RequestTimeoutError, 408),
     (BodyTooLargeError, 413),

@@ -13,6 +13,7 @@ from starlette.types import ASGIApp
 
 from ..errors import InvalidInputError
 from ..journal import open_journal
+from ..transcript.store.factory import open_transcript_store
 from .app import LOOPBACK_HOSTS, create_app
 from .auth import token_writers
 from .limits import DEFAULT_EXTRA_REQUESTS, check_positive_seconds
@@ -122,7 +123,8 @@ async def serve_async(
     ``trusted_tokens`` authenticate trusted writers (see ``create_app``). At most
     ``max_live_streams + extra_connections`` requests are in flight; a connection that
     has not sent its request headers ``header_timeout`` seconds after opening is closed.
-    The journal is closed on the way out. Raises InvalidInputError for a bad address,
+    The transcript kept in the same database is served too. The journal is closed on the
+    way out. Raises InvalidInputError for a bad address,
     ValueError for a bad token or limit, both before anything is opened.
     """
     _check_address(host, port)
@@ -137,16 +139,22 @@ async def serve_async(
         raise ValueError(f"extra_connections must be an int >= 0, got {extra_connections!r}")
     # Entering the journal opens the store now: a bad URL or file fails before serving.
     async with open_journal(url) as journal:
-        app = create_app(
-            journal,
-            token=token,
-            trusted_tokens=trusted,
-            allowed_hosts=allowed_hosts,
-            max_live_streams=max_live_streams,
-            max_requests=max_live_streams + extra_connections,
-        )
-        config = uvicorn_config(app, host, port, header_timeout=header_timeout)
-        await _Server(config, app.state.live_streams).serve()
+        transcript = open_transcript_store(url, namespace=journal.namespace)
+        await transcript.open()
+        try:
+            app = create_app(
+                journal,
+                transcript=transcript,
+                token=token,
+                trusted_tokens=trusted,
+                allowed_hosts=allowed_hosts,
+                max_live_streams=max_live_streams,
+                max_requests=max_live_streams + extra_connections,
+            )
+            config = uvicorn_config(app, host, port, header_timeout=header_timeout)
+            await _Server(config, app.state.live_streams).serve()
+        finally:
+            await transcript.close()
 
 
 def serve(

@@ -14,15 +14,15 @@ from starlette.routing import Route
 
 from .. import canonical
 from ..context.projection import AgentContext
-from ..context.rebuild import verify_requests
+from ..errors import InvalidInputError, RebuildError
+from ..inspection import require_cursor, require_stream, verification_json, verify_stream
 from ..journal import Journal
 from ..journal.encode import check_stream
-from ..store.base import TailReset
+from ..store.base import TailReset, parse_cursor
 from .body import parse_append, query_int, read_json, resolve_namespace
 from .encode import (
     append_json,
     context_json,
-    drifts_json,
     event_json,
     page_json,
     streams_json,
@@ -30,10 +30,11 @@ from .encode import (
 from .sse import EventStreamResponse, SSEMessage, StreamSlots, aclose_iterator
 from .writers import ANONYMOUS, Writer, writer_of
 
-__all__ = ["MAX_PAGE", "SHA256_HEADER", "StreamRoutes"]
+__all__ = ["MAX_PAGE", "SHA256_HEADER", "TRANSPORT_HEADER", "StreamRoutes"]
 
 MAX_PAGE = 1000
 SHA256_HEADER = "X-Contextfold-Sha256"
+TRANSPORT_HEADER = "X-Contextfold-Transport"
 
 
 class StreamRoutes:
@@ -109,34 +110,56 @@ class StreamRoutes:
         )
         return JSONResponse(append_json(result), status_code=200 if result.deduplicated else 201)
 
-    async def read(self, request: Request) -> Response:
-        """``GET …/events?after=&limit=``: a page of events, oldest first."""
+    async def _existing(self, request: Request) -> tuple[Journal, str, int]:
+        """The journal, stream and version of a read route: 404 for a stream without events."""
         journal, stream = self._stream(request)
+        version = await require_stream(journal, stream, where=f"namespace {journal.namespace!r}")
+        return journal, stream, version
+
+    async def read(self, request: Request) -> Response:
+        """``GET …/events?after=&limit=``: a page of events, oldest first; 400 for a
+        malformed cursor, 404 for one naming no event of the stream."""
         limit = query_int(request, "limit", default=100, low=1, high=MAX_PAGE)
         after = request.query_params.get("after") or None
+        if after is not None and parse_cursor(after) is None:
+            raise InvalidInputError(
+                f"query parameter after={after[:80]!r} is not a cursor: pass the cursor of "
+                "an event of this stream"
+            )
+        journal, stream, _ = await self._existing(request)
+        if after is not None:
+            await require_cursor(journal, stream, after)
         return JSONResponse(page_json(stream, await journal.read(stream, after=after, limit=limit)))
 
     async def context(self, request: Request) -> Response:
         """``GET …/context``: the agent context fold of the stream, with item headers."""
-        journal, stream = self._stream(request)
+        journal, stream, _ = await self._existing(request)
         state = await journal.fold(AgentContext, stream)
         version = await journal.version(stream)
         return JSONResponse(context_json(stream, version, state))
 
     async def request(self, request: Request) -> Response:
         """``GET …/requests/{offset}``: the exact body of request @offset, rebuilt."""
-        journal, stream = self._stream(request)
-        rendered = await journal.rebuild_request(stream, request.path_params["offset"])
+        journal, stream, version = await self._existing(request)
+        offset: int = request.path_params["offset"]
+        if not 1 <= offset <= version:
+            raise RebuildError(
+                f"stream {stream!r} has positions 1 to {version}: @{offset} is none of them; "
+                "pass the offset of a request event"
+            )
+        rendered = await journal.rebuild_request(stream, offset)
         return Response(
             rendered.body,
             media_type="application/json",
-            headers={SHA256_HEADER: rendered.sha256, "X-Contextfold-Transport": rendered.transport},
+            headers={SHA256_HEADER: rendered.sha256, TRANSPORT_HEADER: rendered.transport},
         )
 
     async def verify(self, request: Request) -> Response:
-        """``GET …/verify``: every recorded request whose rebuild differs."""
+        """``GET …/verify``: how many recorded requests were checked, each whose rebuild
+        differs and each corrupt row; ``ok`` only when requests were checked and none drifted."""
         journal, stream = self._stream(request)
-        return JSONResponse(drifts_json(stream, await verify_requests(journal, stream)))
+        where = f"namespace {journal.namespace!r}"
+        return JSONResponse(verification_json(await verify_stream(journal, stream, where=where)))
 
     async def tail(self, request: Request) -> Response:
         """``GET …/tail?after=``: SSE of the stream's events from ``after`` on, live.
