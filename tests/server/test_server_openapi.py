@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,6 @@ from starlette.routing import Route
 
 import contextfold as cf
 from contextfold.server import create_app
-from contextfold.server.app import _version
 from contextfold.server.auth import PUBLIC_PATHS
 from contextfold.server.body import DEFAULT_MAX_BODY_BYTES
 from contextfold.server.openapi import OPENAPI_PATH, openapi_schema
@@ -38,7 +38,7 @@ STREAM = "demo/chat"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 BUDGET_SECONDS = 300.0
 """The whole schemathesis run must end within this (each example has its own deadline)."""
-VERSION = _version()
+VERSION = metadata.version("contextfold")
 _SSE = r"/(tail|live)$"  # endless by design: their 200 is a stream that never ends
 
 
