@@ -103,7 +103,7 @@ def test_streams_events_rebuild_and_verify(session: str) -> None:
     with cf.open_journal_sync(session) as journal:
         version = journal.version("chat")
         stored = journal.read("chat").events
-        body = journal.rebuild_request("chat", offset)
+        body = journal.run(cf.rebuild_request, "chat", offset)
     assert as_json == {"streams": [{"stream": "chat", "version": version}]}
 
     printed = invoke("events", "chat", "--url", session)

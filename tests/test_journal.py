@@ -77,7 +77,7 @@ def test_the_sync_journal_has_every_public_method_of_the_async_one() -> None:
         if not name.startswith("_")
         and (inspect.iscoroutinefunction(member) or inspect.isasyncgenfunction(member))
     }
-    assert {"append", "rebuild_request", "checkpoint", "compact", "subscribe"} <= coroutines
+    assert {"append", "checkpoint", "compact", "subscribe"} <= coroutines
     # folds is the loop-free fold reader, reachable as sync_journal.journal.folds.
     assert _public(Journal) - {"folds"} <= _public(SyncJournal)
     for name in coroutines:
@@ -115,7 +115,7 @@ def test_the_sync_journal_calls_through() -> None:
             "agent",
             [cf.ContextAdded(role="user", content="hi"), cf.LlmRequestRequested(header=header)],
         )
-        rebuilt = journal.rebuild_request("agent", request.last_position)
+        rebuilt = journal.run(cf.rebuild_request, "agent", request.last_position)
         assert rebuilt.transport == "openai-chat" and b"hi" in rebuilt.body
 
 

@@ -345,6 +345,7 @@ def rebuild(
     ] = False,
 ) -> None:
     """Print the exact body of a recorded model request, rebuilt from the journal."""
+    from .context.rebuild import rebuild_request
     from .errors import RebuildError
     from .inspection import require_stream
 
@@ -356,7 +357,7 @@ def rebuild(
                     f"stream {stream!r} has positions 1 to {version}: @{offset} is none of "
                     "them; pass the offset of a request event"
                 )
-            return await journal.rebuild_request(stream, offset)
+            return await rebuild_request(journal, stream, offset)
 
     rendered = asyncio.run(run())
     if as_json:

@@ -124,7 +124,7 @@ import contextfold as cf
 
 async def main() -> None:
     async with cf.open_journal(sys.argv[1]) as journal:
-        rendered = await journal.rebuild_request("agent", int(sys.argv[2]))
+        rendered = await cf.rebuild_request(journal, "agent", int(sys.argv[2]))
         sys.stdout.write(rendered.body.hex())
 
 asyncio.run(main())

@@ -34,7 +34,7 @@ async def test_a_legacy_journal_rebuilds_every_recorded_request(
         assert {record.transport for record in records} == {transport}
         assert await cf.verify_requests(journal, STREAM) == ()
         for record in records:
-            rebuilt = await journal.rebuild_request(STREAM, record.request_offset)
+            rebuilt = await cf.rebuild_request(journal, STREAM, record.request_offset)
             assert rebuilt.sha256 == record.sha256
             assert len(rebuilt.body) == record.size
         state = await journal.fold(cf.AgentContext, STREAM)

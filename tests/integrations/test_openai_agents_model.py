@@ -87,7 +87,7 @@ async def test_runner_requests_rebuild_byte_for_byte(journal: cf.Journal) -> Non
     assert await cf.verify_requests(journal, "chat") == ()
     for record in records:
         assert (
-            await journal.rebuild_request("chat", record.request_offset)
+            await cf.rebuild_request(journal, "chat", record.request_offset)
         ).sha256 == record.sha256
     # The tool call went out as a call, its output as the tool's answer to it.
     second = fn.requests[1]

@@ -310,7 +310,7 @@ async def test_every_request_rebuilds_byte_for_byte_after_many_appends(journal: 
     for offset, rendered in sent.items():
         rebuilt = await rebuild_request(journal, STREAM, offset)
         assert rebuilt.body == rendered.body, f"request @{offset} drifted"
-        assert (await journal.rebuild_request(STREAM, offset)).sha256 == rendered.sha256
+        assert (await rebuild_request(journal, STREAM, offset)).sha256 == rendered.sha256
     assert await verify_requests(journal, STREAM) == ()
     recorded = await recorded_of(journal, STREAM)
     assert set(recorded) == set(await requests_of(journal, STREAM))

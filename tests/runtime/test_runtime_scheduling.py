@@ -28,6 +28,7 @@ from contextfold.context.events import (
     tool_result_item,
 )
 from contextfold.context.projection import AgentContext
+from contextfold.context.rebuild import rebuild_request
 from contextfold.errors import ModelError
 from contextfold.events import RawEvent, StoredEvent
 from contextfold.journal import Journal
@@ -258,7 +259,7 @@ async def test_interrupt_cancels_the_request_in_flight(journal: Journal) -> None
     recorded = await recorded_of(journal, STREAM)
     assert set(recorded) == {first, second}
     for offset in (first, second):
-        assert (await journal.rebuild_request(STREAM, offset)).sha256 == recorded[offset][0]
+        assert (await rebuild_request(journal, STREAM, offset)).sha256 == recorded[offset][0]
 
 
 async def test_interrupt_from_another_task(journal: Journal) -> None:

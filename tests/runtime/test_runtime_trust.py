@@ -26,7 +26,7 @@ async def test_registered_trusted_types_are_recorded_and_rendered_from_the_heade
     assert state.header is not None and "crm-sync" in state.header.trusted_actor_types
     note = next(m for m in seen[0].messages if m.content.endswith("note"))
     assert note.role == "developer"  # trusted here, and recorded as trusted
-    rebuilt = await journal.rebuild_request("s", report.requests[0])
+    rebuilt = await cf.rebuild_request(journal, "s", report.requests[0])
     assert rebuilt.body == cf.render_request(seen[0], "openai-chat").body
     await journal.close()
 

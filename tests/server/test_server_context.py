@@ -65,7 +65,7 @@ async def test_rebuilt_request_bytes_equal_the_journal_rebuild(
     response = await server.client.get(f"/v1/streams/agent/requests/{offset}")
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
-    expected = await journal.rebuild_request("agent", offset)
+    expected = await cf.rebuild_request(journal, "agent", offset)
     assert response.content == expected.body
     assert response.headers["x-contextfold-sha256"] == hashlib.sha256(response.content).hexdigest()
     assert response.headers["x-contextfold-transport"] == "openai-chat"
@@ -89,7 +89,7 @@ async def test_an_offset_that_is_no_request_is_404(server: Running) -> None:
 
 async def test_verify_reports_drifts(server: Running, journal: cf.Journal) -> None:
     offset = await _conversation(server)
-    body = (await journal.rebuild_request("agent", offset)).body
+    body = (await cf.rebuild_request(journal, "agent", offset)).body
     good = cf.RequestRecorded(
         request_offset=offset, transport="openai-chat", sha256=sha256_hex(body), size=len(body)
     )

@@ -15,7 +15,7 @@ import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from ..events import Event, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
@@ -42,9 +42,6 @@ from .encode import (
     check_types,
     encode_events,
 )
-
-if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
-    from ..wire import RenderedRequest
 
 __all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
 
@@ -379,16 +376,6 @@ class Journal:
             return await self.append(stream, event, channels=())  # no channel: not content
 
         return append_checkpoint
-
-    # -- requests -----------------------------------------------------------------------------
-
-    async def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
-        """The exact body of request @``offset`` (a RenderedRequest), rebuilt from the journal:
-        the same bytes as when it was sent, whatever was appended after it."""
-        from ..context.rebuild import rebuild_request
-
-        check_stream(stream)
-        return await rebuild_request(self, stream, offset)
 
 
 def open_journal(

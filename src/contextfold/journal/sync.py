@@ -19,7 +19,7 @@ from collections.abc import (
     Iterator,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from ..events import Event, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
@@ -32,13 +32,11 @@ from .compaction import CompactionResult, Summarize
 from .encode import DEFAULT_MAX_PAYLOAD_BYTES, Clock, IdFactory
 from .journal import Journal, new_event_id, open_journal, utc_now
 
-if TYPE_CHECKING:  # journal sits below the renderers: the type only, no import cycle
-    from ..wire import RenderedRequest
-
 __all__ = ["SyncJournal", "open_journal_sync"]
 
 T = TypeVar("T")
 S = TypeVar("S")
+P = ParamSpec("P")
 
 
 class _LoopThread:
@@ -253,8 +251,20 @@ class SyncJournal:
             )
         )
 
-    def rebuild_request(self, stream: str, offset: int) -> RenderedRequest:
-        return self._call(self.journal.rebuild_request(stream, offset))
+    def run(
+        self,
+        fn: Callable[Concatenate[Journal, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(journal, *args, **kwargs)`` with the async journal, run on this facade's loop:
+        how a script calls the functions that take a journal (``journal.run(cf.rebuild_request,
+        "chat", 3)``). Its result or its error is the call's."""
+
+        async def call() -> T:
+            return await fn(self.journal, *args, **kwargs)
+
+        return self._call(call())
 
     def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
         try:

@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from .. import canonical
 from ..context.projection import AgentContext
+from ..context.rebuild import rebuild_request
 from ..errors import InvalidInputError, RebuildError
 from ..inspection import require_cursor, require_stream, verification_json, verify_stream
 from ..journal import Journal
@@ -147,7 +148,7 @@ class StreamRoutes:
                 f"stream {stream!r} has positions 1 to {version}: @{offset} is none of them; "
                 "pass the offset of a request event"
             )
-        rendered = await journal.rebuild_request(stream, offset)
+        rendered = await rebuild_request(journal, stream, offset)
         return Response(
             rendered.body,
             media_type="application/json",
