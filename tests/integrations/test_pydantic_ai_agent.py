@@ -4,6 +4,7 @@ processor inside the agent, untrusted content, and the record of what was sent."
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -234,6 +235,19 @@ async def test_a_request_is_not_sent_when_its_record_cannot_be_written() -> None
 
 
 def test_a_sync_run_records_on_a_sync_journal() -> None:
+    # run_sync drives the thread's current loop and leaves a loop it made open for good
+    # (garbage collected in whatever test runs next, as an unclosed-socket warning): give it
+    # one this test closes.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        _sync_run()
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+def _sync_run() -> None:
     with cf.open_journal_sync("memory://") as journal:
         history = JournalHistory(journal, "chat")
         agent = _agent(RecordingModel(FunctionModel(adding_model()), journal, "sent"))
