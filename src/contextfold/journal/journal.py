@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from ..folds.reader import FoldCache, FoldReader
 from ..folds.segmented import SegmentedFold
 from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset
 from ..store.urls import open_store
+from ..telemetry import record_append, record_fold_read
 from ..views.strategies import KeepFrom
 from ..views.view import ContextView
 from . import checkpoint, compaction
@@ -174,13 +176,17 @@ class Journal:
             idempotency_key=idempotency_key,
         )
         store = await self._ready()
-        return await store.append(
+        started = time.perf_counter()
+        result = await store.append(
             self.namespace,
             stream,
             prepared,
             expected_version=expected_version,
             idempotency_key=idempotency_key,
         )
+        took = time.perf_counter() - started
+        record_append(self.namespace, len(prepared), deduplicated=result.deduplicated, seconds=took)
+        return result
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -315,7 +321,10 @@ class Journal:
         """
         check_stream(stream)
         await self._ready()
-        return await self.folds.read(fold, self.namespace, stream, run_id=run_id)
+        started = time.perf_counter()
+        state = await self.folds.read(fold, self.namespace, stream, run_id=run_id)
+        record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
+        return state
 
     def end_run(self, stream: str, run_id: str) -> None:
         """Forget the run-scoped fold states of a run that ended."""

@@ -11,6 +11,7 @@ from ..journal import Journal
 from ..render.prefix import PrefixInstance
 from .clients import ModelClient
 from .events import AgentObserver, LoopEvent
+from .spans import LoopSpans
 from .tools import Toolbox
 
 __all__ = ["AgentInstance", "RunReport", "Status"]
@@ -28,6 +29,9 @@ class RunReport:
     not_rerun: list[str] = field(default_factory=list)
     """Ids of calls that may already have run and were answered with an error, not run."""
     compactions: list[int] = field(default_factory=list)
+    steps: int = 0
+    """Steps taken (a request sent or re-sent, the tool calls run, a compaction, a halt):
+    0 when there was nothing to do."""
     status: Status = "idle"
     reason: str = ""
 
@@ -45,12 +49,16 @@ class AgentInstance:
     temperature: float | None
     stream_responses: bool
     compaction_threshold: float
+    content_limit: int  # characters of one tool output or item the model sees
     observer: AgentObserver | None
     status: Status
     _not_compactable: set[int]  # requests recorded for another transport
     _cancel: CancelWatch  # renewed by each run
+    _spans: LoopSpans | None = None  # OpenTelemetry spans of the loop (no-ops without an SDK)
 
     async def _emit(self, event: LoopEvent) -> None:
+        if self._spans is not None:
+            self._spans.on_event(event)
         if self.observer is not None:
             await self.observer.on_event(event)
 
