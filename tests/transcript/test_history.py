@@ -23,17 +23,20 @@ from contextfold.transcript import (
     TranscriptWriter,
     compacted_history,
     filter_compacted,
+    is_compaction_boundary,
     read_history,
 )
 
 S = "s"
 
 
-def user(mid: str, *, compaction: bool = False) -> MessageWithParts:
+def user(mid: str, *, compaction: bool = False, tail: str | None = None) -> MessageWithParts:
     message = Message(id=mid, session=S, role="user", created=mid, completed=mid)
     parts: list[Any] = [TextPart(id=f"{mid}-t", session=S, message_id=mid, text=f"prompt {mid}")]
-    if compaction:
-        parts.append(CompactionPart(id=f"{mid}-c", session=S, message_id=mid, auto=True))
+    if compaction or tail is not None:
+        parts.append(
+            CompactionPart(id=f"{mid}-c", session=S, message_id=mid, auto=True, tail_start_id=tail)
+        )
     return MessageWithParts(message=message, parts=tuple(parts))
 
 
@@ -74,6 +77,35 @@ def test_a_boundary_drops_older_history_and_keeps_the_tail_oldest_first() -> Non
     assert ids(view) == ["u3", "a3", "u4", "a4", "u5"]
     assert history == snapshot  # the input is not changed
     assert view[0].parts == history[4].parts  # the boundary keeps its compaction part
+
+
+def test_a_retained_tail_follows_the_summary() -> None:
+    """opencode's tail_start_id: u1, a1, u2, a2, C(tail u2), S gives [C, S, u2, a2]."""
+    history = [*OLD, user("C", tail="u2"), assistant("S", "C", summary=True)]
+    snapshot = list(history)
+    assert ids(filter_compacted(history)) == ["C", "S", "u2", "a2"]
+    assert history == snapshot
+    # What came after the summary follows the tail.
+    later = [*history, user("u3"), assistant("a3", "u3")]
+    assert ids(filter_compacted(later)) == ["C", "S", "u2", "a2", "u3", "a3"]
+
+
+def test_without_a_tail_the_view_starts_at_the_boundary() -> None:
+    """u1, a1, C, S gives [C, S]."""
+    history = [user("u1"), assistant("a1", "u1"), user("C", compaction=True)]
+    history.append(assistant("S", "C", summary=True))
+    assert ids(filter_compacted(history)) == ["C", "S"]
+
+
+def test_a_tail_naming_no_older_message_retains_nothing() -> None:
+    for tail in ("gone", "C", "S", "u3"):  # missing, the boundary itself, or not older
+        history = [*OLD, user("C", tail=tail), assistant("S", "C", summary=True), user("u3")]
+        assert ids(filter_compacted(history)) == ["C", "S", "u3"], tail
+
+
+def test_a_failed_summary_retains_the_whole_history_whatever_its_tail() -> None:
+    history = [*OLD, user("C", tail="u2"), assistant("S", "C", summary=True, error="500")]
+    assert filter_compacted(history) == tuple(history)
 
 
 def test_without_a_boundary_everything_is_returned() -> None:
@@ -120,37 +152,59 @@ def test_the_newest_boundary_wins() -> None:
 
 entries = st.lists(
     st.tuples(
-        st.sampled_from(["user", "user+c", "assistant", "summary", "bad-summary"]),
+        st.sampled_from(["user", "user+c", "user+tail", "assistant", "summary", "bad-summary"]),
         st.integers(0, 30),
     ),
     max_size=30,
 )
 
 
-@given(entries)
-def test_the_view_is_always_a_suffix_and_whole_without_a_successful_summary(
-    spec: list[tuple[str, int]],
-) -> None:
+def _history(spec: list[tuple[str, int]]) -> list[MessageWithParts]:
     history = []
-    for index, (kind, parent) in enumerate(spec):
-        mid, parent_id = f"x{index}", f"x{parent}"
+    for index, (kind, link) in enumerate(spec):
+        mid, other = f"x{index}", f"x{link}"
         if kind.startswith("user"):
-            history.append(user(mid, compaction=kind == "user+c"))
+            tail = other if kind == "user+tail" else None
+            history.append(user(mid, compaction=kind == "user+c", tail=tail))
         else:
             extra: dict[str, Any] = {"error": "failed"} if kind == "bad-summary" else {}
-            history.append(assistant(mid, parent_id, summary=kind != "assistant", **extra))
+            history.append(assistant(mid, other, summary=kind != "assistant", **extra))
+    return history
+
+
+def _summaries_of(history: list[MessageWithParts], index: int) -> list[int]:
+    """Indices of the successful summaries newer than ``history[index]`` answering it."""
+    mid = history[index].message.id
+    return [
+        i
+        for i in range(index + 1, len(history))
+        if history[i].message.summary
+        and history[i].message.succeeded
+        and history[i].message.parent_id == mid
+    ]
+
+
+@given(entries)
+def test_the_view_starts_at_the_newest_boundary_with_its_summary_and_tail(
+    spec: list[tuple[str, int]],
+) -> None:
+    history = _history(spec)
+    snapshot = list(history)
+    boundaries = [
+        i for i, e in enumerate(history) if is_compaction_boundary(e) and _summaries_of(history, i)
+    ]
     view = filter_compacted(history)
-    assert tuple(history[len(history) - len(view) :]) == view
-    if not any(e.message.summary and e.message.succeeded for e in history):
+    assert history == snapshot
+    if not boundaries:
         assert view == tuple(history)
-    if len(view) < len(history):  # something was dropped: the view starts at a boundary
-        first = view[0]
-        assert first.message.role == "user"
-        assert any(isinstance(p, CompactionPart) for p in first.parts)
-        assert any(
-            e.message.parent_id == first.message.id and e.message.summary and e.message.succeeded
-            for e in view
-        )
+        return
+    boundary = boundaries[-1]
+    summary = _summaries_of(history, boundary)[0]
+    [part] = [p for p in history[boundary].parts if isinstance(p, CompactionPart)]
+    older = [e.message.id for e in history[:boundary]]
+    tail_id = part.tail_start_id
+    tail = history[older.index(tail_id) : boundary] if tail_id in older else []
+    assert view == (*history[boundary : summary + 1], *tail, *history[summary + 1 :])
 
 
 async def test_compacted_history_from_a_store(store: TranscriptStore) -> None:

@@ -2,9 +2,10 @@
 
 The full history is every message of a session, paged to the end with cursors; nothing
 is ever left out of it. :func:`filter_compacted` is the model-facing view built from it
-before each turn: history older than the newest completed compaction is dropped. The two
-must not be confused when history looks "lost": missing from the full history is a write
-problem, missing from the view is a compaction boundary.
+before each turn: history older than the newest completed compaction is dropped, except
+the tail the compaction retained. The two must not be confused when history looks "lost":
+missing from the full history is a write problem, missing from the view is a compaction
+boundary.
 """
 
 from __future__ import annotations
@@ -45,18 +46,21 @@ def filter_compacted(history: Sequence[MessageWithParts]) -> tuple[MessageWithPa
     Scans newest to oldest. An assistant message with a successful summary (``summary``
     set, finished, no error, not interrupted) marks its parent user message as compacted;
     when the scan reaches that parent and it carries a compaction part, it is the
-    boundary: it is kept, with everything newer (the summary and the retained tail), and
-    everything older is dropped. Without a boundary the whole history is returned. A failed
-    or unfinished summary is no boundary, so a failed compaction never loses history.
-    Pure: returns a new tuple and never changes its input.
+    boundary, and everything older than it is dropped except the retained tail: when the
+    compaction part names a ``tail_start_id`` older than the boundary, the messages from
+    that one up to the boundary stay, placed after the summary. The view is then the
+    boundary through its summary, the tail, and everything newer than the summary. Without
+    a boundary the whole history is returned. A failed or unfinished summary is no
+    boundary, so a failed compaction never loses history; a tail naming no older message
+    retains nothing. Pure: returns a new tuple and never changes its input.
     """
-    kept: list[MessageWithParts] = []
-    summarised: set[str] = set()
-    for entry in reversed(history):
-        kept.append(entry)
+    summaries: dict[str, int] = {}  # parent id -> index of its oldest successful summary
+    for index in range(len(history) - 1, -1, -1):
+        entry = history[index]
         message = entry.message
-        if message.id in summarised and is_compaction_boundary(entry):
-            break
+        summary = summaries.get(message.id)
+        if summary is not None and is_compaction_boundary(entry):
+            return _spliced(history, index, summary)
         if (
             message.role == "assistant"
             and message.summary
@@ -64,9 +68,31 @@ def filter_compacted(history: Sequence[MessageWithParts]) -> tuple[MessageWithPa
             and message.finish is not None
             and message.parent_id is not None
         ):
-            summarised.add(message.parent_id)
-    kept.reverse()
-    return tuple(kept)
+            summaries[message.parent_id] = index
+    return tuple(history)
+
+
+def _spliced(
+    history: Sequence[MessageWithParts], boundary: int, summary: int
+) -> tuple[MessageWithParts, ...]:
+    tail_id = next(
+        (
+            part.tail_start_id
+            for part in history[boundary].parts
+            if isinstance(part, CompactionPart) and part.tail_start_id is not None
+        ),
+        None,
+    )
+    if tail_id is None:
+        return tuple(history[boundary:])
+    tail = next((i for i in range(boundary - 1, -1, -1) if history[i].message.id == tail_id), None)
+    if tail is None:
+        return tuple(history[boundary:])
+    return (
+        *history[boundary : summary + 1],
+        *history[tail:boundary],
+        *history[summary + 1 :],
+    )
 
 
 async def compacted_history(

@@ -138,7 +138,11 @@ class ReasoningPart(_PartBase):
 
 
 class ToolPart(_PartBase):
-    """One tool call and its progress: pending → running → completed or error."""
+    """One tool call and its progress: pending → running → completed or error.
+
+    States only move forward, and ``completed`` and ``error`` are final (the projector
+    refuses any other move: :func:`~contextfold.transcript.projector.project`).
+    """
 
     kind: Literal["tool"] = "tool"
     call_id: str
@@ -187,6 +191,9 @@ class CompactionPart(_PartBase):
     kind: Literal["compaction"] = "compaction"
     auto: bool = False
     """True when the runtime started the compaction (context full), False when a user asked."""
+    tail_start_id: str | None = Field(default=None, min_length=1)
+    """The oldest message the summary does not replace: it and the messages after it, up to
+    this one, stay visible behind the summary (the retained tail). None: no tail."""
 
 
 class SubtaskPart(_PartBase):

@@ -47,14 +47,20 @@ if TYPE_CHECKING:
     from ..journal import Journal
     from .store.base import TranscriptStore
 
-__all__ = ["BOUNDARY_TYPES", "project", "rebuild", "target_id"]
+__all__ = ["BOUNDARY_TYPES", "LEGACY_FINISH_SUFFIX", "project", "rebuild", "target_id"]
 
 log = logging.getLogger("contextfold.transcript")
 
 BOUNDARY_TYPES: tuple[str, ...] = tuple(cls.event_type for cls in BOUNDARY_EVENTS)
 """Journal type names of the events :func:`rebuild` folds."""
 
+LEGACY_FINISH_SUFFIX = "/finish"
+"""What :func:`rebuild` appends to the id of a step-finish that shares its step-start's id
+(journals written before the two were separate rows), so both rows are rebuilt."""
+
 _BATCH = 500
+_RANK = {"pending": 0, "running": 1, "completed": 2, "error": 2}
+_FINAL = ("completed", "error")
 
 R = TypeVar("R", Message, TextPart, ReasoningPart)
 B = TypeVar("B", TextPart, ReasoningPart)
@@ -75,8 +81,13 @@ def target_id(event: StreamEvent) -> tuple[str, str]:
 def project(event: StreamEvent, previous: Message | Part | None) -> Message | Part:
     """The row ``event`` writes, given the current row it names (None when there is none).
 
+    Tool parts move only forward, pending → running → completed | error, and completed and
+    error are final: the same transition replayed returns the row unchanged.
+
     Raises InvalidInputError for a delta, for an end or finish whose row was never
-    started, and for an event naming a row of another kind.
+    started, for an event naming a row of another kind (a step-finish needs a part id of
+    its own, apart from its step-start), and for a tool transition back or after a final
+    state (the row keeps its state and output).
     """
     ids = {"session": event.session, "message_id": event.message_id}
     if isinstance(event, MessageStarted):
@@ -108,26 +119,29 @@ def project(event: StreamEvent, previous: Message | Part | None) -> Message | Pa
         before = previous if isinstance(previous, ToolPart) else None
         if previous is not None and before is None:
             raise _wrong_kind(event, previous)
-        started = before.start if before is not None else None
-        if started is None and event.state != "pending":
-            started = event.time
-        return ToolPart(
-            id=event.part_id,
-            **ids,
-            call_id=event.call_id,
-            tool=event.tool,
-            state=event.state,
-            # The arguments are sent once complete; later transitions may leave them out.
-            input=event.input or (before.input if before is not None else {}),
-            output=event.output,
-            error=event.error,
-            title=event.title or (before.title if before is not None else None),
-            start=started,
-            end=event.time if event.state in ("completed", "error") else None,
-        )
+        moved = _moved_tool(event, before)
+        if before is not None and before.state in _FINAL:
+            if moved == before:
+                return before  # the same transition replayed: nothing changes
+            raise InvalidInputError(
+                f"tool-state: tool part {event.part_id!r} of session {event.session!r} is "
+                f"already {before.state}; the late move to {event.state} is refused and the "
+                "part keeps its state and output (completed and error are final)"
+            )
+        if before is not None and _RANK[event.state] < _RANK[before.state]:
+            raise InvalidInputError(
+                f"tool-state: tool part {event.part_id!r} of session {event.session!r} is "
+                f"{before.state}; it cannot move back to {event.state} (tool parts move "
+                "pending -> running -> completed | error)"
+            )
+        return moved
     if isinstance(event, StepStarted):
+        if previous is not None and not isinstance(previous, StepStartPart):
+            raise _wrong_kind(event, previous)
         return StepStartPart(id=event.part_id, **ids, time=event.time, snapshot=event.snapshot)
     if isinstance(event, StepFinished):
+        if previous is not None and not isinstance(previous, StepFinishPart):
+            raise _wrong_kind(event, previous)
         return StepFinishPart(
             id=event.part_id,
             **ids,
@@ -140,7 +154,9 @@ def project(event: StreamEvent, previous: Message | Part | None) -> Message | Pa
     if isinstance(event, PatchRecorded):
         return PatchPart(id=event.part_id, **ids, hash=event.hash, files=event.files)
     if isinstance(event, CompactionRequested):
-        return CompactionPart(id=event.part_id, **ids, auto=event.auto)
+        return CompactionPart(
+            id=event.part_id, **ids, auto=event.auto, tail_start_id=event.tail_start_id
+        )
     if isinstance(event, PartAdded):
         part = event.part
         if (part.session, part.message_id) != (event.session, event.message_id):
@@ -152,6 +168,27 @@ def project(event: StreamEvent, previous: Message | Part | None) -> Message | Pa
         return part
     raise InvalidInputError(
         f"{event.event_type or type(event).__name__} is not a boundary event and writes no row"
+    )
+
+
+def _moved_tool(event: ToolStateChanged, before: ToolPart | None) -> ToolPart:
+    started = before.start if before is not None else None
+    if started is None and event.state != "pending":
+        started = event.time
+    ids = {"session": event.session, "message_id": event.message_id}
+    return ToolPart(
+        id=event.part_id,
+        **ids,
+        call_id=event.call_id,
+        tool=event.tool,
+        state=event.state,
+        # The arguments are sent once complete; later transitions may leave them out.
+        input=event.input or (before.input if before is not None else {}),
+        output=event.output,
+        error=event.error,
+        title=event.title or (before.title if before is not None else None),
+        start=started,
+        end=event.time if event.state in _FINAL else None,
     )
 
 
@@ -199,6 +236,10 @@ async def rebuild(journal: Journal, stream: str, store: TranscriptStore) -> int:
                 continue
             kind, row_id = target_id(event)
             key = (event.session, kind, row_id)
+            if isinstance(event, StepFinished) and isinstance(rows.get(key), StepStartPart):
+                # Written when a step's start and finish shared one id: both rows are kept.
+                event = event.model_copy(update={"part_id": row_id + LEGACY_FINISH_SUFFIX})
+                key = (event.session, kind, event.part_id)
             try:
                 rows[key] = project(event, rows.get(key))
             except (ContextfoldError, ValidationError) as exc:

@@ -146,7 +146,11 @@ class ToolInputDelta(StreamEvent, type=_NS + "tool-input-delta"):
 
 
 class ToolStateChanged(StreamEvent, type=_NS + "tool-state"):
-    """A tool call moved to ``state``: the whole tool part row is written each time."""
+    """A tool call moved to ``state``: the whole tool part row is written each time.
+
+    Only pending → running → completed | error: a move back, or any move after
+    ``completed`` or ``error``, is refused and writes nothing.
+    """
 
     part_id: str = Field(min_length=1)
     call_id: str
@@ -160,7 +164,8 @@ class ToolStateChanged(StreamEvent, type=_NS + "tool-state"):
 
 
 class StepStarted(StreamEvent, type=_NS + "step-start"):
-    """A model step begins."""
+    """A model step begins: a step-start row, apart from the step's step-finish row (their
+    part ids must differ)."""
 
     part_id: str = Field(min_length=1)
     time: str
@@ -191,6 +196,8 @@ class CompactionRequested(StreamEvent, type=_NS + "compaction"):
 
     part_id: str = Field(min_length=1)
     auto: bool = False
+    tail_start_id: str | None = Field(default=None, min_length=1)
+    """The oldest message the summary leaves visible (see ``CompactionPart``)."""
 
 
 class PartAdded(StreamEvent, type=_NS + "part-added"):

@@ -31,6 +31,8 @@ from .stream import (
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
+    StepFinished,
+    StepStarted,
     StreamEvent,
     TextDelta,
     TextEnd,
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TranscriptWriter"]
 
-_UPDATES = (MessageFinished, TextEnd, ReasoningEnd, ToolStateChanged)
+# Events whose row depends on the current one (or must not replace another kind of row).
+_UPDATES = (MessageFinished, TextEnd, ReasoningEnd, ToolStateChanged, StepStarted, StepFinished)
 
 
 @dataclass(slots=True)
@@ -83,8 +86,10 @@ class TranscriptWriter:
     async def publish(self, event: StreamEvent) -> Message | Part | None:
         """Apply one stream event; returns the row written, or None for a delta.
 
-        Raises InvalidInputError for a delta of a block not started here, or an end or
-        finish naming no row; nothing is written or broadcast then.
+        Raises InvalidInputError for a delta of a block not started here, an end or finish
+        naming no row, a step boundary reusing another row's id, or a tool transition the
+        part cannot make (back, or after completed or error); nothing is written, appended
+        or broadcast then.
         """
         if not isinstance(event, StreamEvent):
             raise InvalidInputError(
@@ -130,6 +135,8 @@ class TranscriptWriter:
             else:
                 previous = await self.store.get_part(event.session, row_id)
         row = project(event, previous)
+        if row == previous:
+            return row  # a replay that changes nothing: nothing to append, write or announce
         if self.journal is not None:
             await self.journal.append(self._stream(event.session), event, channels=("transcript",))
         if isinstance(row, Message):
