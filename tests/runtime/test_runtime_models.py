@@ -393,7 +393,7 @@ async def test_usage_is_recorded_and_transcribed_as_the_provider_reported_it(
         expected = [usage_of(name, first), usage_of(name, final)][: len(responses)]
         assert [response.usage for _, response in responses] == expected
         assert expected[0].cached_input_tokens is not None  # every payload reports cache reads
-        steps = [await store.get_part("s", f"step-{r.request_offset}") for _, r in responses]
+        steps = [await store.get_part("s", f"step-finish-{r.request_offset}") for _, r in responses]
         assert [step.usage for step in steps if isinstance(step, StepFinishPart)] == expected
     finally:
         await store.close()

@@ -1,5 +1,8 @@
-"""The transcript observer closes what a request opened, even when the request is interrupted
-or the provider fails: no unfinished rows, nothing left in the writer's buffers."""
+"""The transcript observer: a request's rows in stream order (step-start, text, tools,
+step-finish), the user messages it answers with its parent and model, tool parts that a
+late result never reopens, a compacted view that is what the model sees next; and it
+closes what a request opened, even when the request is interrupted or the provider fails:
+no unfinished rows, nothing left in the writer's buffers."""
 
 from __future__ import annotations
 
@@ -9,9 +12,20 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from runtime_helpers import STREAM, requests_of, user
+from runtime_helpers import STREAM, events_of, requests_of, user
 
-from contextfold.context.events import LlmRequestInterrupted, LlmResponse
+from contextfold.context.compaction import COMPACTION_INSTRUCTION
+from contextfold.context.events import (
+    Actor,
+    ContextAdded,
+    FileAttachment,
+    LlmRequestInterrupted,
+    LlmRequestPolicy,
+    LlmResponse,
+    ToolCallResult,
+)
+from contextfold.context.projection import AgentContext
+from contextfold.context.request import TAIL_PREFIX, parse_item_header
 from contextfold.errors import ModelError, StoreError
 from contextfold.events import Event
 from contextfold.journal import Journal
@@ -19,10 +33,32 @@ from contextfold.runtime.clients import FunctionModel, OnDelta
 from contextfold.runtime.events import LoopCancelled, LoopEvent, RequestInterrupted
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.transcript import TranscriptObserver
-from contextfold.transcript import TranscriptBus, TranscriptWriter, open_transcript_store
-from contextfold.transcript.parts import TextPart, ToolPart
+from contextfold.transcript import (
+    TranscriptBus,
+    TranscriptWriter,
+    compacted_history,
+    open_transcript_store,
+    read_history,
+)
+from contextfold.transcript.parts import (
+    CompactionPart,
+    FilePart,
+    MessageWithParts,
+    StepFinishPart,
+    StepStartPart,
+    TextPart,
+    ToolPart,
+)
 from contextfold.transcript.store.base import TranscriptStore
-from contextfold.wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, Transport
+from contextfold.wire import (
+    ModelOutput,
+    NeutralMessage,
+    NeutralRequest,
+    RenderedRequest,
+    ToolCall,
+    Transport,
+    Usage,
+)
 
 SESSION = "session-1"
 
@@ -329,3 +365,252 @@ async def test_an_agent_in_a_task_that_kept_an_earlier_cancel_still_runs(
     task.cancel()
     requests = await asyncio.wait_for(task, 10)
     assert len(requests) == 1
+
+
+CLOCK = "2026-01-01T00:00:00+00:00"
+
+
+def recording_observer(
+    store: TranscriptStore, journal: Journal
+) -> tuple[TranscriptObserver, TranscriptWriter]:
+    """An observer that also writes the user messages each request answers."""
+    writer = TranscriptWriter(store, TranscriptBus())
+    return TranscriptObserver(
+        writer, SESSION, clock=lambda: CLOCK, journal=journal, stream=STREAM
+    ), writer
+
+
+def lookup(q: str) -> str:
+    """Look something up."""
+    return f"found {q}"
+
+
+def one_call_then_text(request: NeutralRequest) -> ModelOutput:
+    if request.messages[-2].role == "tool":
+        return ModelOutput(text="done")
+    call = ToolCall(id="c1", name="lookup", arguments='{"q": "x"}')
+    return ModelOutput(text="looking", tool_calls=(call,))
+
+
+async def test_each_request_stores_its_step_start_and_step_finish_in_stream_order(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    rows, _writer = observer(store)
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("look it up"))
+    report = await Agent(
+        journal, STREAM, FunctionModel(one_call_then_text), tools=[lookup], observer=rows
+    ).run_until_idle()
+    assert len(report.requests) == 2
+    history = await read_history(store, SESSION)
+    assert [[p.kind for p in e.parts] for e in history] == [
+        ["step-start", "text", "tool", "step-finish"],
+        ["step-start", "text", "step-finish"],
+    ]
+    responses = [r for _, r in await events_of(journal, STREAM, LlmResponse)]
+    for entry, response in zip(history, responses, strict=True):
+        start, text, *_tools, finish = entry.parts
+        assert isinstance(start, StepStartPart) and start.time == CLOCK
+        assert isinstance(text, TextPart) and text.text == response.text
+        assert isinstance(finish, StepFinishPart) and finish.usage == response.usage
+        assert finish.reason == response.stop_reason
+    tool = history[0].parts[2]
+    assert isinstance(tool, ToolPart) and (tool.state, tool.output) == ("completed", "found x")
+
+
+async def test_the_transcript_records_the_user_messages_and_each_answer_s_parent_and_model(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    rows, _writer = recording_observer(store, journal)
+    log_file = FileAttachment(uri="https://ci.example/log.txt", media_type="text/plain", name="log")
+    await journal.append(STREAM, system_prompt("Agent."))
+    webhook = ContextAdded(
+        role="user",
+        actor=Actor(type="webhook"),
+        content="build 7 failed",
+        files=(log_file,),
+        llm_request_policy=LlmRequestPolicy(behaviour="none"),
+    )
+    first = await journal.append(STREAM, [webhook, user("why did it fail?")])
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if "thanks" in request.messages[-2].content:
+            return ModelOutput(text="you are welcome")
+        return one_call_then_text(request)
+
+    agent = Agent(
+        journal, STREAM, FunctionModel(model, model="model-a"), tools=[lookup], observer=rows
+    )
+    await agent.run_until_idle()
+    second = await journal.append(STREAM, user("thanks"))
+    await agent.run_until_idle()
+    r1, r2, r3 = await requests_of(journal, STREAM)
+
+    history = await read_history(store, SESSION)
+    hook_at, asked_at = first.first_position, first.last_position
+    thanks_at = second.first_position
+    assert [(e.message.id, e.message.role) for e in history] == [
+        (f"item-{hook_at}", "user"),
+        (f"item-{asked_at}", "user"),
+        (f"request-{r1}", "assistant"),
+        (f"request-{r2}", "assistant"),  # after the tool result: no user message of its own
+        (f"item-{thanks_at}", "user"),
+        (f"request-{r3}", "assistant"),
+    ]
+    hook, asked, a1, a2, thanks, a3 = history
+    assert [(p.kind, getattr(p, "text", None)) for p in hook.parts] == [
+        ("text", "build 7 failed"),
+        ("file", None),
+    ]
+    file_part = hook.parts[1]
+    assert isinstance(file_part, FilePart)
+    assert (file_part.url, file_part.mime, file_part.filename) == (
+        log_file.uri,
+        "text/plain",
+        "log",
+    )
+    assert [getattr(p, "text", None) for p in asked.parts] == ["why did it fail?"]
+    assert [getattr(p, "text", None) for p in thanks.parts] == ["thanks"]
+    assert all(e.message.completed is not None for e in (hook, asked, thanks))
+    # Each answer names the newest user message before its request, and its model.
+    assert [(a.message.parent_id, a.message.model) for a in (a1, a2, a3)] == [
+        (asked.message.id, "model-a"),
+        (asked.message.id, "model-a"),
+        (thanks.message.id, "model-a"),
+    ]
+
+
+async def test_a_retried_request_does_not_write_its_user_messages_twice(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    """A new agent (and a new observer) re-sends an unanswered request: the user messages
+    it answers are written once."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("work"))
+    rows, _writer = recording_observer(store, journal)
+    with pytest.raises(ModelError):
+        await Agent(journal, STREAM, Streaming(journal, fail=True), observer=rows).run_until_idle()
+    rows, _writer = recording_observer(store, journal)
+    await Agent(journal, STREAM, FunctionModel(lambda r: "ok"), observer=rows).run_until_idle()
+    [offset] = await requests_of(journal, STREAM)
+    history = await read_history(store, SESSION)
+    assert [e.message.id for e in history] == [f"item-{offset - 1}", f"request-{offset}"]
+    assert history[1].message.finish == "stop"
+    assert history[1].message.parent_id == f"item-{offset - 1}"
+
+
+async def test_a_tool_result_after_its_part_was_closed_is_refused_and_reported(
+    journal: Journal, store: TranscriptStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turn's rows are closed (``writer.interrupt``) while a tool runs; the tool then
+    returns. The part stays as it was closed, the refusal is logged, the agent goes on, and
+    the journal keeps the tool's output."""
+    rows, writer = observer(store)
+    running, release = asyncio.Event(), asyncio.Event()
+
+    async def slow() -> str:
+        """Takes a while."""
+        running.set()
+        await release.wait()
+        return "slow result"
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if request.messages[-2].role == "tool":
+            return ModelOutput(text="done")
+        return ModelOutput(text="", tool_calls=(ToolCall(id="c1", name="slow", arguments="{}"),))
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("go"))
+    agent = Agent(journal, STREAM, FunctionModel(model), tools=[slow], observer=rows)
+    task = asyncio.create_task(agent.run_until_idle())
+    await asyncio.wait_for(running.wait(), 10)
+    first = (await requests_of(journal, STREAM))[0]
+    closed = await writer.interrupt(SESSION, now="closed-at")
+    assert [p.id for p in closed.parts] == [f"tool-{first}-c1"]
+    release.set()
+    report = await asyncio.wait_for(task, 10)
+
+    assert report.status == "idle" and len(report.requests) == 2
+    part = await store.get_part(SESSION, f"tool-{first}-c1")
+    assert isinstance(part, ToolPart)
+    assert (part.state, part.error, part.end) == ("error", "interrupted", "closed-at")
+    message = await store.get_message(SESSION, f"request-{first}")
+    assert message is not None and message.finish == "interrupted"  # not re-finished
+    assert f"tool part 'tool-{first}-c1'" in caplog.text and "already error" in caplog.text
+    results = [r for _, r in await events_of(journal, STREAM, ToolCallResult)]
+    assert [r.content for r in results] == ["slow result"]
+    assert await store.unfinished(SESSION) == ((), ())
+
+
+BIG = 100_000  # input tokens over half the default context window
+
+
+def _body(message: NeutralMessage) -> str:
+    """An item message's content without its header line."""
+    assert parse_item_header(message.content) is not None, message.content
+    return message.content.split("\n", 1)[1]
+
+
+def model_view(request: NeutralRequest) -> list[tuple[str, str]]:
+    """What the model sees of the conversation: (role, content) of each item message."""
+    return [
+        (m.role, _body(m))
+        for m in request.messages
+        if m.role != "system" and not m.content.startswith(TAIL_PREFIX)
+    ]
+
+
+def transcript_view(view: tuple[MessageWithParts, ...]) -> list[tuple[str, str]]:
+    """The same of a compacted transcript view: the summary (sent as user), each message's
+    text, each tool's output (sent as a tool message after its call)."""
+    seen: list[tuple[str, str]] = []
+    for entry in view:
+        role = "user" if entry.message.summary else entry.message.role
+        texts = [p.text for p in entry.parts if isinstance(p, TextPart)]
+        if texts:
+            seen.append((role, "\n".join(texts)))
+        seen.extend(("tool", p.output or "") for p in entry.parts if isinstance(p, ToolPart))
+    return seen
+
+
+async def test_after_a_runtime_compaction_the_compacted_view_is_what_the_model_sees_next(
+    journal: Journal, store: TranscriptStore
+) -> None:
+    sent: list[NeutralRequest] = []
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if request.messages[-1].content == COMPACTION_INSTRUCTION:
+            return ModelOutput(text="SUMMARY of the first two questions")
+        sent.append(request)
+        last = request.messages[-2]
+        if "HEAVY" in last.content:  # the measured request: a tool call, a big prompt
+            call = ToolCall(id="c1", name="lookup", arguments='{"q": "heavy"}')
+            return ModelOutput(
+                text="answer 3", tool_calls=(call,), usage=Usage(input_tokens=BIG, output_tokens=9)
+            )
+        return ModelOutput(text=f"answer {len(sent)}", usage=Usage(input_tokens=500))
+
+    rows, _writer = recording_observer(store, journal)
+    agent = Agent(journal, STREAM, FunctionModel(model), tools=[lookup], observer=rows)
+    await journal.append(STREAM, system_prompt("Agent."))
+    for text in ("question one", "question two", "question three HEAVY", "question five"):
+        await journal.append(STREAM, user(text))
+        report = await agent.run_until_idle()
+    cutoff = (await journal.fold(AgentContext, STREAM)).compacted_through
+    assert cutoff == (await requests_of(journal, STREAM))[2]
+
+    view = await compacted_history(store, SESSION)
+    boundary, summary, measured, *_rest, answer = view
+    assert boundary.message.id == f"compaction-{cutoff}" and summary.message.summary
+    [marker] = [p for p in boundary.parts if isinstance(p, CompactionPart)]
+    assert marker.tail_start_id == measured.message.id == f"request-{cutoff}"
+    # Everything between the summary and the newest answer is what the newest request sent.
+    assert transcript_view(view[1:-1]) == model_view(sent[-1])
+    assert [t for _, t in model_view(sent[-1])] == [
+        "SUMMARY of the first two questions",  # the summary,
+        "answer 3",  # the measured answer,
+        "found heavy",  # and everything after the cutoff
+        "answer 4",
+        "question five",
+    ]
+    assert answer.message.id == f"request-{report.requests[-1]}"
