@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from ...store._sqlite_thread import SQLiteThread
 from ...journal.encode import check_namespace
+from ...store._sqlite_thread import SQLiteThread
 from ..parts import Message, Part, is_unfinished
 from .base import (
     CleanupResult,
