@@ -433,13 +433,32 @@ async def test_the_transcript_records_the_user_messages_and_each_answer_s_parent
     )
     first = await journal.append(STREAM, [webhook, user("why did it fail?")])
 
+    pinged: list[int] = []
+
+    async def lookup_and_ping(q: str) -> str:
+        """Look something up (a deploy notice arrives meanwhile)."""
+        notice = ContextAdded(
+            role="developer",
+            actor=Actor(type="webhook"),
+            content="deploy started",
+            llm_request_policy=LlmRequestPolicy(behaviour="none"),
+        )
+        pinged.append((await journal.append(STREAM, notice)).first_position)
+        return f"found {q}"
+
     def model(request: NeutralRequest) -> ModelOutput:
         if "thanks" in request.messages[-2].content:
             return ModelOutput(text="you are welcome")
-        return one_call_then_text(request)
+        output = one_call_then_text(request)
+        calls = tuple(c.model_copy(update={"name": "lookup_and_ping"}) for c in output.tool_calls)
+        return ModelOutput(text=output.text, tool_calls=calls)
 
     agent = Agent(
-        journal, STREAM, FunctionModel(model, model="model-a"), tools=[lookup], observer=rows
+        journal,
+        STREAM,
+        FunctionModel(model, model="model-a"),
+        tools=[lookup_and_ping],
+        observer=rows,
     )
     await agent.run_until_idle()
     second = await journal.append(STREAM, user("thanks"))
@@ -453,11 +472,15 @@ async def test_the_transcript_records_the_user_messages_and_each_answer_s_parent
         (f"item-{hook_at}", "user"),
         (f"item-{asked_at}", "user"),
         (f"request-{r1}", "assistant"),
-        (f"request-{r2}", "assistant"),  # after the tool result: no user message of its own
+        (f"item-{pinged[0]}", "user"),  # arrived while the tool ran; the tool result did not
+        (f"request-{r2}", "assistant"),
         (f"item-{thanks_at}", "user"),
         (f"request-{r3}", "assistant"),
     ]
-    hook, asked, a1, a2, thanks, a3 = history
+    hook, asked, a1, ping, a2, thanks, a3 = history
+    [ping_text] = ping.parts
+    assert isinstance(ping_text, TextPart) and ping_text.synthetic
+    assert ping_text.text == "deploy started"
     assert [(p.kind, getattr(p, "text", None)) for p in hook.parts] == [
         ("text", "build 7 failed"),
         ("file", None),
@@ -472,7 +495,8 @@ async def test_the_transcript_records_the_user_messages_and_each_answer_s_parent
     assert [getattr(p, "text", None) for p in asked.parts] == ["why did it fail?"]
     assert [getattr(p, "text", None) for p in thanks.parts] == ["thanks"]
     assert all(e.message.completed is not None for e in (hook, asked, thanks))
-    # Each answer names the newest user message before its request, and its model.
+    # Each answer names the newest message from a person before its request (the notice
+    # does not take the question's place), and its model.
     assert [(a.message.parent_id, a.message.model) for a in (a1, a2, a3)] == [
         (asked.message.id, "model-a"),
         (asked.message.id, "model-a"),

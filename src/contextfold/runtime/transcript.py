@@ -54,6 +54,10 @@ def _answers(item: ContextItem) -> bool:
     return item.role != "assistant" and item.tool_call_id is None and item.compaction is None
 
 
+def _from_a_person(item: ContextItem) -> bool:
+    return item.role == "user" and (item.actor is None or item.actor.type == "user")
+
+
 def _item_message(offset: int) -> str:
     return f"item-{offset}"
 
@@ -69,12 +73,13 @@ class TranscriptObserver:
 
     With ``journal`` (and the agent's ``stream``, by default the session's name), the
     context items each request answers are written first, one user message each (its
-    text, its files), and the request's message names the newest of them as its parent;
-    the message also names the model it went to. A compaction is a user message with a
-    compaction part retaining the measured answer (``tail_start_id``) and a summary
-    message answering it, so ``filter_compacted`` shows what the model sees next: the
-    summary, the measured answer and everything after the cutoff (an item that arrived
-    while the measured request ran follows the answer, in the order things happened).
+    text, its files), and the request's message names the newest message from a person
+    (else the newest item) as its parent; the message also names the model it went to.
+    A compaction is a user message with a compaction part retaining the measured answer
+    (``tail_start_id``) and a summary message answering it, so ``filter_compacted`` shows
+    what the model sees next: the summary, the measured answer and everything after the
+    cutoff (an item that arrived while the measured request ran follows the answer, in the
+    order things happened).
 
     ``clock`` gives the ISO time of each boundary (inject a fixed one in tests).
     """
@@ -159,8 +164,9 @@ class TranscriptObserver:
 
     async def _answered(self, offset: int) -> str | None:
         """Write the items request @offset answers that are not written yet (those after
-        the previous request, or after the last one this observer saw); return the id of
-        the newest user message before it, the request's parent."""
+        the previous request, or after the last one this observer saw); return the
+        request's parent: the newest message from a person before it (else the newest
+        item), or the previous request's when it is compacted away."""
         if self.journal is None:
             return self._parent
         context = await self.journal.fold(AgentContext, self.stream)
@@ -172,8 +178,11 @@ class TranscriptObserver:
             if item.offset > since:
                 await self._user_message(item)
         self._through = max(since, offset)
-        if answered:
-            self._parent = _item_message(max(i.offset for i in answered))
+        # A person's message, when there is one: a webhook arriving while tools run does
+        # not take the user's question's place.
+        chosen = [i for i in answered if _from_a_person(i)] or answered
+        if chosen:
+            self._parent = _item_message(max(i.offset for i in chosen))
         return self._parent
 
     async def _user_message(self, item: ContextItem) -> None:
