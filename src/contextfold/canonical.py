@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from .errors import PayloadError
+
 __all__ = ["canonical_json", "check_json_value", "dumps", "encode_checked", "loads", "sha256_hex"]
 
 _CANONICAL = orjson.OPT_SORT_KEYS
@@ -20,43 +22,43 @@ _MAX_DEPTH = 250  # orjson's own nesting limit is 255; fail with our message fir
 
 
 def check_json_value(value: Any, *, where: str = "payload") -> None:
-    """Raise ValueError naming the path when ``value`` is not plain, finite JSON."""
+    """Raise PayloadError naming the path when ``value`` is not plain, finite JSON."""
     stack: list[tuple[Any, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         if depth > _MAX_DEPTH:
-            raise ValueError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
+            raise PayloadError(f"{path}: nested deeper than {_MAX_DEPTH} levels")
         if item is None or isinstance(item, (bool, str)):
             continue
         if isinstance(item, int):
             if not -(2**63) <= item < 2**64:
-                raise ValueError(f"{path}: integer {item} does not fit in 64 bits")
+                raise PayloadError(f"{path}: integer {item} does not fit in 64 bits")
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
-                raise ValueError(
+                raise PayloadError(
                     f"{path}: {item!r} is not valid JSON (NaN and infinity are refused)"
                 )
             continue
         if isinstance(item, dict):
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise ValueError(f"{path}: key {key!r} is not a string")
+                    raise PayloadError(f"{path}: key {key!r} is not a string")
                 stack.append((child, f"{path}.{key}", depth + 1))
             continue
         if isinstance(item, (list, tuple)):
             for index, child in enumerate(item):
                 stack.append((child, f"{path}[{index}]", depth + 1))
             continue
-        raise ValueError(f"{path}: {type(item).__name__} is not JSON-serializable")
+        raise PayloadError(f"{path}: {type(item).__name__} is not JSON-serializable")
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON bytes (keys in insertion order). Raises ValueError for non-JSON."""
+    """Compact JSON bytes (keys in insertion order). Raises PayloadError for non-JSON."""
     try:
         return orjson.dumps(value)
     except TypeError as exc:  # orjson.JSONEncodeError subclasses TypeError
-        raise ValueError(str(exc)) from exc
+        raise PayloadError(str(exc)) from exc
 
 
 def encode_checked(value: Any, *, where: str = "payload") -> bytes:
@@ -64,13 +66,13 @@ def encode_checked(value: Any, *, where: str = "payload") -> bytes:
 
     orjson already refuses non-string keys, integers over 64 bits and unknown types, but
     writes NaN and infinity as ``null``: only output holding a ``null`` is walked for them,
-    so the common case costs one encode. Raises ValueError naming the path at fault.
+    so the common case costs one encode. Raises PayloadError naming the path at fault.
     """
     try:
         data = orjson.dumps(value)
     except TypeError:
         check_json_value(value, where=where)  # names the field at fault
-        raise ValueError(f"{where}: not JSON-serializable") from None
+        raise PayloadError(f"{where}: not JSON-serializable") from None
     if b"null" in data:
         check_json_value(value, where=where)
     return data
@@ -81,7 +83,7 @@ def canonical_json(value: Any) -> bytes:
     try:
         return orjson.dumps(value, option=_CANONICAL)
     except TypeError as exc:
-        raise ValueError(str(exc)) from exc
+        raise PayloadError(str(exc)) from exc
 
 
 def loads(data: bytes | str) -> Any:

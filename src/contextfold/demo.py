@@ -18,6 +18,7 @@ from rich.table import Table
 from .context.events import Actor, ContextAdded, LlmRequestPolicy
 from .context.projection import AgentContext
 from .context.rebuild import verify_requests
+from .errors import InvalidInputError
 from .journal import open_journal
 from .render.envelope import Layer, TurnEvent, compile_turn
 from .render.prefix import SessionPrefix
@@ -107,7 +108,7 @@ def workspace_tools(root: Path) -> list[Any]:
         """Read a file of the workspace (relative path)."""
         target = (root / path).resolve()
         if root.resolve() not in target.parents:
-            raise ValueError(f"{path!r} is outside the workspace")
+            raise InvalidInputError(f"{path!r} is outside the workspace")
         return target.read_text()
 
     return [search_files, read_file]

@@ -1,38 +1,50 @@
 """The one error tree of contextfold.
 
-Every error names what was at fault (stream, position, field, fold) and what to do.
+Every error names what was at fault (stream, position, field, fold) and what to do. A
+class with a builtin in parentheses also derives from it, so ``except ValueError`` (or
+``TypeError``, ``LookupError``) keeps catching it. A test checks this drawing against the
+classes.
 
     ContextfoldError
-    ├── EventDefinitionError        an Event subclass is ill-defined (at class definition)
-    ├── UnknownEventTypeError       a stored type name has no registered Event class
-    ├── InvalidInputError (ValueError)
+    ├── EventDefinitionError (TypeError)       an Event subclass is ill-defined
+    ├── UnknownEventTypeError (LookupError)    a stored type name has no registered Event class
+    ├── InvalidInputError (ValueError)         an argument is not acceptable; nothing was written
     │   ├── InvalidStreamNameError
-    │   ├── PayloadError            not JSON, NaN/inf, over the size limit
-    │   └── InvalidCursorError
-    │       └── UnknownCursorError  a surface was given a cursor naming no event of the stream
+    │   ├── PayloadError                       not JSON, NaN/inf, over the size limit
+    │   ├── InvalidCursorError
+    │   │   └── UnknownCursorError             names no event of the stream (surfaces)
+    │   └── ConfigurationError                 a setting out of range or of a wrong kind
+    ├── UsageError (TypeError)                 the wrong kind of object, a forbidden use
     ├── StoreError
     │   ├── ConflictError
     │   │   ├── WrongExpectedVersionError
-    │   │   └── IdempotencyConflictError
-    │   ├── CorruptEventError       a stored row no longer decodes as JSON
-    │   ├── StoreFileMovedError     the SQLite file was moved or deleted while open
-    │   └── StoreUnavailableError   the backend could not be reached or is closed
-    ├── FoldDefinitionError
-    ├── CheckpointError             a fold's state could not be replaced by a checkpoint
-    ├── CompactionError             a fold could not be compacted (summarized)
-    ├── RenderError
-    ├── RebuildError                a recorded request cannot be rebuilt
-    ├── UnknownStreamError          a read-only surface was asked for a stream with no events
-    ├── ModelError                  a model provider refused or failed a request
-    └── BusOverflowError            a live subscriber fell too far behind and was cut off
+    │   │   ├── IdempotencyConflictError
+    │   │   ├── LeaseHeldError                 another agent instance holds the stream's lease
+    │   │   └── LeaseLostError                 this instance lost its lease: append refused
+    │   ├── CorruptEventError                  a stored row no longer decodes as JSON
+    │   ├── StoreFileMovedError                the SQLite file was moved or deleted while open
+    │   └── StoreUnavailableError              the backend could not be reached or is closed
+    ├── FoldDefinitionError (TypeError)        a fold or what a handler returns is wrong
+    ├── MissingSegmentError (LookupError)      in a handler: the event is left out
+    ├── CheckpointError                        a fold's state could not be replaced by a checkpoint
+    ├── CompactionError                        a fold could not be compacted (summarized)
+    ├── RenderError (ValueError)               a state cannot be rendered for the transport
+    ├── RebuildError                           a recorded request cannot be rebuilt
+    ├── RefError (LookupError)                 a ref names no tool output or context item
+    ├── UnknownStreamError (LookupError)       a read of a stream without events
+    ├── ModelError                             a model provider refused or failed a request
+    ├── BackpressureError                      too many events waiting: refused, none dropped
+    └── BusOverflowError                       a live subscriber fell too far behind and was cut off
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "BackpressureError",
     "BusOverflowError",
     "CheckpointError",
     "CompactionError",
+    "ConfigurationError",
     "ConflictError",
     "ContextfoldError",
     "CorruptEventError",
@@ -42,9 +54,13 @@ __all__ = [
     "InvalidCursorError",
     "InvalidInputError",
     "InvalidStreamNameError",
+    "LeaseHeldError",
+    "LeaseLostError",
+    "MissingSegmentError",
     "ModelError",
     "PayloadError",
     "RebuildError",
+    "RefError",
     "RenderError",
     "StoreError",
     "StoreFileMovedError",
@@ -52,6 +68,7 @@ __all__ = [
     "UnknownCursorError",
     "UnknownEventTypeError",
     "UnknownStreamError",
+    "UsageError",
     "WrongExpectedVersionError",
 ]
 
@@ -77,7 +94,9 @@ class InvalidStreamNameError(InvalidInputError):
 
 
 class PayloadError(InvalidInputError):
-    """An event payload is not JSON, holds NaN or infinity, or is over the size limit."""
+    """A value to store is not JSON (a key that is no str, NaN or infinity, an integer past
+    64 bits, nesting too deep), or an event payload is over the size limit; the message names
+    the field at fault."""
 
 
 class InvalidCursorError(InvalidInputError):
@@ -93,6 +112,18 @@ class UnknownCursorError(InvalidCursorError):
         super().__init__(message)
         self.stream = stream
         self.cursor = cursor
+
+
+class ConfigurationError(InvalidInputError):
+    """A setting given to a constructor or factory is out of range or of the wrong kind
+    (server limits, tokens and hosts, store options, cache sizes, budgets, a toolbox); the
+    message names the setting. Nothing was started."""
+
+
+class UsageError(ContextfoldError, TypeError):
+    """An API was given the wrong kind of object or used where it does not apply (a view of
+    something that is no fold, a write to read-only fold state, a tool signature a model
+    cannot be told about); the message says what it takes instead."""
 
 
 class StoreError(ContextfoldError):
@@ -122,6 +153,30 @@ class IdempotencyConflictError(ConflictError):
         self.key = key
 
 
+
+class LeaseHeldError(ConflictError):
+    """Another agent instance holds the stream's lease (``holder``, until ``expires_at``,
+    an ISO-8601 time); nothing was written. Claim it again once it lapses or is released."""
+
+    def __init__(self, message: str, *, stream: str, holder: str, expires_at: str) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.holder = holder
+        self.expires_at = expires_at
+
+
+class LeaseLostError(ConflictError):
+    """This agent instance no longer holds the stream's lease (another claimed it after it
+    lapsed, or the stream was deleted): its append was refused, nothing was written, and the
+    instance must stop. ``position`` is where the journal shows the loss (None: deleted)."""
+
+    def __init__(self, message: str, *, stream: str, holder: str, position: int | None) -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.holder = holder
+        self.position = position
+
+
 class CorruptEventError(StoreError):
     """A stored row cannot be decoded; the message names stream and position."""
 
@@ -148,7 +203,15 @@ class StoreUnavailableError(StoreError):
 
 
 class FoldDefinitionError(ContextfoldError, TypeError):
-    """A fold or segmented fold is ill-defined (bad name, duplicate or missing handlers)."""
+    """A fold or segmented fold is ill-defined (bad name, duplicate or missing handlers), or
+    one of its handlers returned what the fold cannot hold (not a Segment or a state, a
+    mutable model)."""
+
+
+class MissingSegmentError(ContextfoldError, LookupError):
+    """Raised inside a fold handler when the segment an event belongs to is not in the state:
+    the fold leaves the event out and reports it (reason ``missing-segment``). It does not
+    reach the fold's callers."""
 
 
 class CheckpointError(ContextfoldError):
@@ -185,6 +248,10 @@ class RebuildError(ContextfoldError):
     """A recorded request could not be rebuilt from the journal."""
 
 
+class RefError(ContextfoldError, LookupError):
+    """A ref (``stream@offset``) is malformed, or names no tool output or context item."""
+
+
 class UnknownStreamError(ContextfoldError, LookupError):
     """The stream has no events (never appended, or deleted); ``suggestions`` are the
     closest stream names the journal holds."""
@@ -199,6 +266,16 @@ class ModelError(ContextfoldError):
     """A model provider refused or failed a request (the SDK's or the function's error is
     the ``__cause__``); the message names transport and model. The request stays unanswered
     in the journal: running the agent again re-sends it byte for byte."""
+
+
+class BackpressureError(ContextfoldError):
+    """An event was refused because too many wait already (per destination, or in one
+    turn); nothing was stored or dropped. Retry once the agent has worked some off."""
+
+    def __init__(self, message: str, *, destination: str, limit: int) -> None:
+        super().__init__(message)
+        self.destination = destination
+        self.limit = limit
 
 
 class BusOverflowError(ContextfoldError):

@@ -1,6 +1,6 @@
 """Folds: typed state derived from journal events, incrementally and cached."""
 
-from .fold import Fold, FoldBase, MissingSegment
+from .fold import Fold, FoldBase
 from .freeze import FrozenDict, FrozenList, freeze
 from .segmented import Segment, SegmentedFold, SegmentedState
 
@@ -9,7 +9,6 @@ __all__ = [
     "FoldBase",
     "FrozenDict",
     "FrozenList",
-    "MissingSegment",
     "Segment",
     "SegmentedFold",
     "SegmentedState",

@@ -10,15 +10,23 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from ..errors import CheckpointError, FoldDefinitionError
+from ..errors import (
+    CheckpointError,
+    FoldDefinitionError,
+    InvalidInputError,
+    MissingSegmentError,
+)
 from ..events import E, Envelope, Event, StoredEvent
 from .freeze import freeze
 
-__all__ = ["Fold", "FoldBase", "Handler", "MissingSegment", "Scope"]
+if TYPE_CHECKING:
+    from ..store.base import Store
+
+__all__ = ["Fold", "FoldBase", "Handler", "Scope"]
 
 S = TypeVar("S")
 Scope = Literal["context", "run"]
@@ -29,10 +37,6 @@ Handler = Callable[[S, Envelope[Any]], S]
 # (validate_python takes ``extra`` since pydantic 2.12; older versions drop such fields).
 _TAKES_EXTRA = "extra" in inspect.signature(TypeAdapter.validate_python).parameters
 STRICT_EXTRA: dict[str, Any] = {"extra": "forbid"} if _TAKES_EXTRA else {}
-
-
-class MissingSegment(Exception):
-    """Raised inside a handler to leave an event out and report it (reason missing-segment)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,7 @@ class FoldBase(Generic[S]):
             return state, None
         try:
             return self._seal(registered.apply(state, envelope)), None
-        except MissingSegment:
+        except MissingSegmentError:
             return state, "missing-segment"
 
     def apply_all(self, state: S, envelopes: Iterable[Envelope[Any]]) -> S:
@@ -139,6 +143,14 @@ class FoldBase(Generic[S]):
     """What compacts this fold instead of ``journal.compact`` (None: nothing), named in the
     CompactionError that ``journal.compact`` raises for it."""
 
+    async def restore(
+        self, store: Store, namespace: str, stream: str
+    ) -> tuple[S, str | None] | None:
+        """A stored materialization of this fold to start a cold read from when no checkpoint
+        applies: the state and the cursor of the last event it folded, which it must equal the
+        fold of. None (the default): fold from the start."""
+        return None
+
     @property
     def can_checkpoint(self) -> bool:
         """Whether the fold's state can be replaced by a checkpoint (and so reads them)."""
@@ -165,7 +177,7 @@ class FoldBase(Generic[S]):
         raise NotImplementedError
 
     def decode_state(self, encoded: Any) -> S:
-        raise ValueError(f"fold {self.name} has no state schema")
+        raise InvalidInputError(f"fold {self.name} has no state schema")
 
 
 class Fold(FoldBase[S]):

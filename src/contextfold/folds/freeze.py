@@ -12,13 +12,15 @@ from typing import Any, NoReturn
 
 from pydantic import BaseModel
 
+from ..errors import FoldDefinitionError, UsageError
+
 __all__ = ["FrozenDict", "FrozenList", "freeze"]
 
 _SCALARS = (str, int, float, bool, bytes, type(None))
 
 
 def _refuse(*_: object, **__: object) -> NoReturn:
-    raise TypeError("fold state is read-only: derive a new value instead of writing to it")
+    raise UsageError("fold state is read-only: derive a new value instead of writing to it")
 
 
 class FrozenDict(dict[str, Any]):
@@ -78,7 +80,7 @@ def freeze(value: Any) -> Any:
         return FrozenList(value)
     if isinstance(value, set):
         return frozenset(value)
-    raise TypeError(
+    raise FoldDefinitionError(
         f"{cls.__name__} is a mutable pydantic model in fold state: give it "
         "model_config = ConfigDict(frozen=True) so shared read state cannot be changed"
     )

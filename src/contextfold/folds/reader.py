@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from opentelemetry import metrics
 from pydantic import ValidationError
 
-from ..errors import FoldDefinitionError, StoreError
+from ..errors import ConfigurationError, FoldDefinitionError, StoreError
 from ..events import StoredEvent
 from ..store.base import Store
 from .fold import FoldBase
@@ -76,7 +76,9 @@ class FoldCache:
 
     def __init__(self, max_entries: float = 1000, ttl: float = 30 * 60) -> None:
         if max_entries <= 0 or ttl <= 0:
-            raise ValueError("fold cache max_entries and ttl must be positive")
+            raise ConfigurationError(
+                f"FoldCache max_entries and ttl must be positive, got {max_entries!r} and {ttl!r}"
+            )
         self.max_entries = max_entries
         self.ttl = ttl
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
@@ -251,7 +253,8 @@ class FoldReader:
                 flight.ended = True
 
     async def _cold(self, fold: FoldBase[S], namespace: str, stream: str) -> _Entry:
-        """The newest usable checkpoint (or the initial state), not yet caught up."""
+        """The newest usable checkpoint, else the fold's materialization, else the initial
+        state; not yet caught up."""
         if fold.can_checkpoint:
             before: str | None = None
             while True:
@@ -265,6 +268,9 @@ class FoldReader:
                 if len(found) < 20:
                     break
                 before = found[-1].cursor
+        materialized = await fold.restore(self.store, namespace, stream)
+        if materialized is not None:
+            return _Entry(materialized[0], materialized[1], 0, self._clock())
         return _Entry(fold.initial_state(), None, 0, self._clock())
 
     async def _restore(

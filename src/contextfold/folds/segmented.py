@@ -16,9 +16,14 @@ from typing import Any, Generic, Literal, TypeVar, overload
 from pydantic import TypeAdapter, ValidationError
 from pyrsistent import PVector, pvector
 
-from ..errors import CheckpointError, FoldDefinitionError
+from ..errors import (
+    CheckpointError,
+    FoldDefinitionError,
+    InvalidInputError,
+    MissingSegmentError,
+)
 from ..events import E, Envelope
-from .fold import STRICT_EXTRA, FoldBase, MissingSegment, Scope
+from .fold import STRICT_EXTRA, FoldBase, Scope
 from .freeze import freeze
 
 __all__ = ["OnMissing", "Segment", "SegmentedFold", "SegmentedState"]
@@ -148,7 +153,7 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
 
     def _seal(self, state: SegmentedState[Any, Any]) -> SegmentedState[Any, Any]:
         if not isinstance(state, SegmentedState):
-            raise TypeError(
+            raise FoldDefinitionError(
                 f"fold {self.name}: a handler returned {type(state).__name__}, not a SegmentedState"
             )
         return state
@@ -168,7 +173,7 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
             ) -> SegmentedState[Any, Any]:
                 segment = fn(env)
                 if not isinstance(segment, Segment):
-                    raise TypeError(
+                    raise FoldDefinitionError(
                         f"fold {self.name}: open handler for {env.type} must return a Segment"
                     )
                 segment = Segment(segment.id, freeze(segment.data))
@@ -218,7 +223,7 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                     updated = Segment(segment.id, freeze(data))
                     return _derived(segments.set(index, updated), state.summary, state._ids)
                 if on_missing == "report":
-                    raise MissingSegment(target)
+                    raise MissingSegmentError(target)
                 return state
 
             self._register(event, apply)
@@ -266,7 +271,11 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
             summary = None
             if state.summary is not None:
                 if self._summary_adapter is None:
-                    raise ValueError("the fold has no summary schema but the state has a summary")
+                    raise CheckpointError(
+                        f"fold {self.name}: the new state has a summary but the fold has no "
+                        "summary schema (give it summary=)",
+                        reason="invalid-state",
+                    )
                 summary = self._summary_adapter.dump_python(
                     self._summary_adapter.validate_python(state.summary, **STRICT_EXTRA),
                     mode="json",
@@ -280,11 +289,16 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
 
     def decode_state(self, encoded: Any) -> SegmentedState[Any, Any]:
         if not isinstance(encoded, dict) or not isinstance(encoded.get("segments"), list):
-            raise ValueError("a segmented checkpoint state is an object with a segments list")
+            raise InvalidInputError(
+                f"fold {self.name}: a checkpoint state is an object with a segments list"
+            )
         summary = encoded.get("summary")
         if summary is not None:
             if self._summary_adapter is None:
-                raise ValueError("checkpoint has a summary but the fold has no summary schema")
+                raise InvalidInputError(
+                    f"fold {self.name}: the checkpoint has a summary but the fold has no summary "
+                    "schema"
+                )
             summary = freeze(self._summary_adapter.validate_python(summary))
         segments = [
             Segment(str(item["id"]), freeze(self._data_adapter.validate_python(item["data"])))

@@ -25,8 +25,9 @@ from pyrsistent import PMap, PVector, pmap, pvector
 
 from ..canonical import sha256_hex
 from ..context.events import Actor
+from ..errors import MissingSegmentError
 from ..events import Envelope, Event
-from ..folds.fold import Fold, MissingSegment
+from ..folds.fold import Fold
 
 __all__ = [
     "SESSION_FOLD",
@@ -237,7 +238,7 @@ def _added(state: SessionState, ev: Envelope[ItemAdded]) -> SessionState:
 def _retracted(state: SessionState, ev: Envelope[ItemRetracted]) -> SessionState:
     if not state.length or state.items[state.length - 1].position != ev.payload.position:
         # Only ever appended for the newest item at the version it read: another writer's.
-        raise MissingSegment(f"item @{ev.payload.position} is not the session's newest")
+        raise MissingSegmentError(f"item @{ev.payload.position} is not the session's newest")
     return state.truncated(state.length - 1, ev.position)
 
 
@@ -253,7 +254,7 @@ def _compacted(state: SessionState, ev: Envelope[SessionCompacted]) -> SessionSt
         return state.truncated(0, ev.position)
     index = state.index_of(start)
     if index is None:
-        raise MissingSegment(f"item @{start} is not in the session")
+        raise MissingSegmentError(f"item @{start} is not in the session")
     return state.truncated(index, ev.position)
 
 

@@ -31,6 +31,7 @@ from ..context.events import (
 from ..context.projection import AGENT_WRITER, TOOL_WRITER
 from ..context.state import AgentContextState
 from ..context.trust import is_external
+from ..errors import ConfigurationError
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 from ..wire import ToolCall
@@ -308,7 +309,7 @@ class TurnBudgets:
     def __post_init__(self) -> None:
         for name in ("user", "integration", "feedback", "breaker"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TurnBudgets.{name} must be >= 1")
+                raise ConfigurationError(f"TurnBudgets.{name} must be >= 1")
 
     def of(self, kind: TriggerKind) -> int:
         return int(getattr(self, kind))

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from .._aio import CancelWatch
 from ..canonical import canonical_json
+from ..errors import ConfigurationError, UsageError
 from ..wire import ToolCall, ToolDefinition
 
 __all__ = ["Tool", "ToolContext", "ToolOutcome", "Toolbox", "tool"]
@@ -97,13 +98,13 @@ class Tool:
         context_parameter: str | None = None
         for param in inspect.signature(fn).parameters.values():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise TypeError(
+                raise UsageError(
                     f"tool {fn.__name__}: *args/**kwargs cannot be described to a model"
                 )
             annotation = hints.get(param.name, Any)
             if annotation is ToolContext:
                 if context_parameter is not None:
-                    raise TypeError(
+                    raise UsageError(
                         f"tool {fn.__name__}: parameters {context_parameter!r} and "
                         f"{param.name!r} both ask for the ToolContext; keep one"
                     )
@@ -222,7 +223,7 @@ class Toolbox:
         for item in tools:
             made = item if isinstance(item, Tool) else Tool.from_function(item)
             if made.name in self._tools:
-                raise ValueError(f"two tools are named {made.name!r}")
+                raise ConfigurationError(f"two tools are named {made.name!r}")
             self._tools[made.name] = made
 
     @property

@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from ..errors import ContextfoldError
+from ..errors import ConfigurationError, ContextfoldError
 from ..journal import Journal
 from ..journal.encode import check_namespace
 from ..transcript.bus import TranscriptBus
@@ -51,6 +51,7 @@ from .openapi import OPENAPI_PATH, openapi_schema
 from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
+from .trace import TraceRoutes
 
 __all__ = [
     "DEFAULT_MAX_LIVE_STREAMS",
@@ -123,7 +124,7 @@ def create_app(
     ``max_client_requests``: of those, from one client address (default half of
     ``max_requests``); past it 429. ``body_timeout``: seconds a request body may take to
     arrive; past it 408 (see :mod:`.limits`).
-    Raises ValueError for an empty token or a bad limit.
+    Raises ConfigurationError for an empty token or a bad limit.
     """
     tokens = token_writers(token, trusted_tokens)
     for name, limit in (("max_body_bytes", max_body_bytes), ("max_live_streams", max_live_streams)):
@@ -143,11 +144,11 @@ def create_app(
     served: frozenset[str] | None = None
     if namespaces is not None:
         if isinstance(namespaces, str):
-            raise ValueError("namespaces must be a collection of names, not one str")
+            raise ConfigurationError("namespaces must be a collection of names, not one str")
         try:
             served = frozenset(check_namespace(name) for name in namespaces)
         except ContextfoldError as exc:
-            raise ValueError(str(exc)) from None
+            raise ConfigurationError(str(exc)) from None
     if allowed_hosts is None and not tokens:
         allowed_hosts = LOOPBACK_HOSTS
     slots = StreamSlots(max_live_streams)
@@ -177,6 +178,7 @@ def create_app(
     routes: list[BaseRoute] = [
         *streams.routes(),
         *sessions.routes(),
+        *TraceRoutes(journal, transcript, bus, namespaces=served).routes(),
         *_inspector_routes(),
         _openapi_route(orjson.dumps(document)),
     ]
@@ -191,7 +193,9 @@ def create_app(
     ]
     if allowed_hosts is not None:
         if isinstance(allowed_hosts, str):
-            raise ValueError("allowed_hosts must be a collection of host names, not one str")
+            raise ConfigurationError(
+                "allowed_hosts must be a collection of host names, not one str"
+            )
         middleware.append(Middleware(HostGuard, allowed=tuple(allowed_hosts)))
     if tokens:
         middleware.append(Middleware(BearerAuth, tokens=tokens))
@@ -210,7 +214,7 @@ def create_app(
 
 def _check_count(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
+        raise ConfigurationError(f"{name} must be a positive int, got {value!r}")
 
 
 def _version() -> str:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..errors import ConfigurationError
 from .errors import AuthenticationError, error_response
 from .writers import WRITER_SCOPE_KEY, Writer
 
@@ -33,17 +34,17 @@ _SSE_SUFFIXES = ("/tail", "/live")
 def token_writers(token: str | None, trusted_tokens: Iterable[str] = ()) -> dict[str, Writer]:
     """Each accepted token with the writer it authenticates: ``token`` an external writer
     (named ``token``), each of ``trusted_tokens`` a trusted one. Empty: no authentication.
-    Raises ValueError for an empty token, or a trusted token equal to ``token``."""
+    Raises ConfigurationError for an empty token, or a trusted token equal to ``token``."""
     if token is not None and (not isinstance(token, str) or not token):
-        raise ValueError("token must be a non-empty str, or None for no authentication")
+        raise ConfigurationError("token must be a non-empty str, or None for no authentication")
     if isinstance(trusted_tokens, str):
-        raise ValueError("trusted_tokens must be a collection of tokens, not one str")
+        raise ConfigurationError("trusted_tokens must be a collection of tokens, not one str")
     tokens = {} if token is None else {token: Writer("token")}
     for trusted in trusted_tokens:
         if not isinstance(trusted, str) or not trusted:
-            raise ValueError("every trusted token must be a non-empty str")
+            raise ConfigurationError("every trusted token must be a non-empty str")
         if trusted == token:
-            raise ValueError("a trusted token must differ from token")
+            raise ConfigurationError("a trusted token must differ from token")
         tokens[trusted] = Writer("trusted", trusted=True)
     return tokens
 
@@ -51,18 +52,18 @@ def token_writers(token: str | None, trusted_tokens: Iterable[str] = ()) -> dict
 class BearerAuth:
     """ASGI middleware refusing unauthenticated API requests with a JSON 401.
 
-    ``tokens`` maps each accepted token to the writer it authenticates. Raises ValueError
-    for no token or an empty one.
+    ``tokens`` maps each accepted token to the writer it authenticates. Raises
+    ConfigurationError for no token or an empty one.
     """
 
     def __init__(
         self, app: ASGIApp, *, tokens: Mapping[str, Writer], public: frozenset[str] = PUBLIC_PATHS
     ) -> None:
         if not tokens:
-            raise ValueError("the server needs at least one token")
+            raise ConfigurationError("the server needs at least one token")
         for token in tokens:
             if not isinstance(token, str) or not token:
-                raise ValueError("every server token must be a non-empty str")
+                raise ConfigurationError("every server token must be a non-empty str")
         self.app = app
         self.public = public
         self._tokens = tuple((token.encode(), writer) for token, writer in tokens.items())

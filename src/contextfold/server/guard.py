@@ -12,7 +12,7 @@ from urllib.parse import unquote_to_bytes
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..errors import InvalidInputError
+from ..errors import ConfigurationError, InvalidInputError
 from .errors import HostNotAllowedError, error_response
 
 __all__ = ["HostGuard", "PathGuard", "host_name"]
@@ -47,7 +47,7 @@ class HostGuard:
         for pattern in allowed:
             wild = "*" in pattern[1:] or (pattern.startswith("*") and not pattern.startswith("*."))
             if wild and pattern != "*":
-                raise ValueError(f"host pattern {pattern!r} must be a name or '*.domain'")
+                raise ConfigurationError(f"host pattern {pattern!r} must be a name or '*.domain'")
         self.app = app
         self.allowed = tuple(pattern.lower() for pattern in allowed)
         self.any = "*" in self.allowed

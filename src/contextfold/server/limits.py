@@ -17,6 +17,7 @@ import math
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ..errors import ConfigurationError
 from .errors import RequestTimeoutError, ServerBusyError, TooManyRequestsError, error_response
 
 __all__ = [
@@ -42,7 +43,9 @@ def check_positive_seconds(name: str, seconds: object) -> float:
         or not math.isfinite(seconds)
         or seconds <= 0
     ):
-        raise ValueError(f"{name} must be a positive, finite number of seconds, got {seconds!r}")
+        raise ConfigurationError(
+            f"{name} must be a positive, finite number of seconds, got {seconds!r}"
+        )
     return float(seconds)
 
 

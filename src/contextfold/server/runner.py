@@ -11,7 +11,7 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from ..errors import InvalidInputError
+from ..errors import ConfigurationError, InvalidInputError
 from ..journal import open_journal
 from ..transcript.store.factory import open_transcript_store
 from .app import LOOPBACK_HOSTS, create_app
@@ -125,7 +125,7 @@ async def serve_async(
     has not sent its request headers ``header_timeout`` seconds after opening is closed.
     The transcript kept in the same database is served too. The journal is closed on the
     way out. Raises InvalidInputError for a bad address,
-    ValueError for a bad token or limit, both before anything is opened.
+    ConfigurationError for a bad token or limit, both before anything is opened.
     """
     _check_address(host, port)
     trusted = tuple(trusted_tokens)
@@ -136,7 +136,9 @@ async def serve_async(
         or not isinstance(extra_connections, int)
         or extra_connections < 0
     ):
-        raise ValueError(f"extra_connections must be an int >= 0, got {extra_connections!r}")
+        raise ConfigurationError(
+            f"extra_connections must be an int >= 0, got {extra_connections!r}"
+        )
     # Entering the journal opens the store now: a bad URL or file fails before serving.
     async with open_journal(url) as journal:
         transcript = open_transcript_store(url, namespace=journal.namespace)

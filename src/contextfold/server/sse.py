@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from .. import canonical
-from ..errors import ContextfoldError
+from ..errors import ConfigurationError, ContextfoldError, InvalidInputError
 from .errors import TooManyStreamsError, error_body
 
 __all__ = [
@@ -103,13 +103,13 @@ class SSEMessage:
     """Sent as ``event:``; None for the default ``message`` event."""
 
     def encode(self) -> bytes:
-        """The frame as sent. Raises ValueError for an id or event name with a line break."""
+        """The frame as sent. Raises InvalidInputError for an id or event name with a line break."""
         lines: list[str] = []
         for name, value in (("event", self.event), ("id", self.id)):
             if value is None:
                 continue
             if any(ch in value for ch in "\r\n\0"):
-                raise ValueError(f"SSE {name} {value!r} must not contain CR, LF or NUL")
+                raise InvalidInputError(f"SSE {name} {value!r} must not contain CR, LF or NUL")
             lines.append(f"{name}: {value}")
         # SSE ends a line at CR, LF or CRLF: each becomes its own data: line.
         text = self.data.replace("\r\n", "\n").replace("\r", "\n")
@@ -132,7 +132,9 @@ class EventStreamResponse(Response):
         slots: StreamSlots | None = None,
     ) -> None:
         if heartbeat <= 0:
-            raise ValueError(f"heartbeat must be a positive number of seconds, got {heartbeat!r}")
+            raise ConfigurationError(
+                f"heartbeat must be a positive number of seconds, got {heartbeat!r}"
+            )
         self.source = source
         self.heartbeat = heartbeat
         self.on_close = on_close

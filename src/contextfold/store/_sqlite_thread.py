@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import StoreError, StoreFileMovedError, StoreUnavailableError
+from ..errors import ConfigurationError, StoreError, StoreFileMovedError, StoreUnavailableError
 
 __all__ = ["SQLiteThread"]
 
@@ -43,7 +43,7 @@ class SQLiteThread:
     power-loss safety for speed; ``busy_timeout`` (seconds) is how long a write waits on
     another process's lock. ``read_only``: open an existing database without creating,
     changing or migrating anything (the file must exist and hold ``required_table``), and
-    refuse every write. Raises ValueError for an unknown ``synchronous``.
+    refuse every write. Raises ConfigurationError for an unknown ``synchronous``.
     """
 
     def __init__(
@@ -59,7 +59,9 @@ class SQLiteThread:
         required_table: str = "",
     ) -> None:
         if synchronous.upper() not in _SYNCHRONOUS:
-            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}")
+            raise ConfigurationError(
+                f"synchronous must be OFF, NORMAL, FULL or EXTRA, not {synchronous!r}"
+            )
         self.path = path
         self.url = f"sqlite:///{path}"
         self._schema = schema

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import InvalidInputError, UsageError
 from ..folds.segmented import Segment, SegmentedFold
 from .view import Work, _index, _memo_key, remember
 
@@ -27,7 +28,7 @@ class elide:
         where: Callable[[Segment[Any]], bool] | None = None,
     ) -> None:
         if not isinstance(keep_newest, int) or keep_newest < 0:
-            raise ValueError(f"keep_newest must be an int >= 0, got {keep_newest!r}")
+            raise InvalidInputError(f"keep_newest must be an int >= 0, got {keep_newest!r}")
         self.keep_newest = keep_newest
         self.map = map
         self.where = where
@@ -53,7 +54,7 @@ class elide:
         work.elisions.append(self)
 
     def __call__(self, state: Any, ctx: Any) -> Any:  # pragma: no cover - views call apply_lazy
-        raise TypeError("elide is applied by a ContextView")
+        raise UsageError("elide is applied by a ContextView")
 
 
 class drop_oldest:
@@ -80,14 +81,14 @@ class drop_oldest:
         work.start = start
 
     def __call__(self, state: Any, ctx: Any) -> Any:  # pragma: no cover
-        raise TypeError("drop_oldest is applied by a ContextView")
+        raise UsageError("drop_oldest is applied by a ContextView")
 
 
 def from_newest(fold: SegmentedFold, kind: str) -> KeepFrom:
     """A ``keep_from``: the index of the newest segment of ``kind`` (0 when there is none,
     so every segment stays)."""
     if fold.tag is None:
-        raise TypeError(f"from_newest needs fold {fold.name} to have a tag")
+        raise UsageError(f"from_newest needs fold {fold.name} to have a tag")
 
     def keep_from(segments: Sequence[Segment[Any]]) -> int:
         for index in range(len(segments) - 1, -1, -1):
@@ -101,7 +102,7 @@ def from_newest(fold: SegmentedFold, kind: str) -> KeepFrom:
 def newest(count: int = 1) -> KeepFrom:
     """A ``keep_from``: the newest ``count`` segments."""
     if not isinstance(count, int) or count < 0:
-        raise ValueError(f"newest(count) takes an int >= 0, got {count!r}")
+        raise InvalidInputError(f"newest(count) takes an int >= 0, got {count!r}")
 
     def keep_from(segments: Sequence[Segment[Any]]) -> int:
         return max(0, len(segments) - count)

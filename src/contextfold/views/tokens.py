@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel
 
+from ..errors import UsageError
 from ..folds.segmented import Segment
 
 __all__ = ["TiktokenCounter", "TokenCounter", "approx_tokens", "json_text"]
@@ -26,14 +27,17 @@ def _default(value: Any) -> Any:
         return list(value)
     if hasattr(value, "tolist"):  # a persistent vector
         return value.tolist()
-    raise TypeError(f"cannot count tokens of {type(value).__name__}")
+    raise UsageError(f"cannot count tokens of {type(value).__name__}")
 
 
 def json_text(value: Any) -> bytes:
     """The JSON a counter measures: sorted keys, compact (models and segments included)."""
     if isinstance(value, BaseModel):
         return value.model_dump_json().encode()
-    return orjson.dumps(value, default=_default, option=orjson.OPT_SORT_KEYS)
+    try:
+        return orjson.dumps(value, default=_default, option=orjson.OPT_SORT_KEYS)
+    except orjson.JSONEncodeError as exc:  # it wraps what _default raised
+        raise UsageError(f"cannot count the tokens of this {type(value).__name__}: {exc}") from exc
 
 
 def approx_tokens(value: Any) -> int:

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar, overload
 
 from pyrsistent import pvector
 
+from ..errors import InvalidInputError, UsageError
 from ..folds.fold import FoldBase
 from ..folds.segmented import Segment, SegmentedFold, SegmentedState
 from .tokens import approx_tokens
@@ -26,11 +27,13 @@ T = TypeVar("T")
 
 
 def check_budget(budget: object, *, name: str = "budget", allow_zero: bool = False) -> float:
-    """Return the budget, or raise ValueError: a positive number (or zero) or infinity."""
+    """Return the budget, or raise InvalidInputError: a positive number (or zero) or infinity."""
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or math.isnan(budget):
-        raise ValueError(f"{name} must be a positive number of tokens or math.inf, got {budget!r}")
+        raise InvalidInputError(
+            f"{name} must be a positive number of tokens or math.inf, got {budget!r}"
+        )
     if budget < 0 or (budget == 0 and not allow_zero):
-        raise ValueError(
+        raise InvalidInputError(
             f"{name} must be {'non-negative' if allow_zero else 'positive'}, got {budget!r}"
         )
     return float(budget)
@@ -202,16 +205,16 @@ class ContextView(Generic[S]):
         strategies: Sequence[Callable[..., Any]] = (),
     ) -> None:
         if not isinstance(fold, FoldBase):
-            raise TypeError(f"ContextView takes a fold, got {fold!r}")
+            raise UsageError(f"ContextView takes a fold, got {fold!r}")
         self.fold = fold
         self.segmented = isinstance(fold, SegmentedFold)
         if not self.segmented and measure is None:
-            raise TypeError(
+            raise UsageError(
                 f"a view of the plain fold {fold.name} needs measure=(state -> tokens): "
                 "it has no segments to count"
             )
         if self.segmented and measure is not None:
-            raise TypeError(
+            raise UsageError(
                 "measure= is for plain folds; a segmented view counts segments (count=)"
             )
         self._count = count or approx_tokens
@@ -251,7 +254,7 @@ class ContextView(Generic[S]):
                 changed = strategy(current, ctx)
                 if changed is not current:
                     if not isinstance(changed, SegmentedState):
-                        raise TypeError(f"strategy {strategy!r} returned {type(changed).__name__}")
+                        raise UsageError(f"strategy {strategy!r} returned {type(changed).__name__}")
                     work = _rebased(self, work, changed)
             tokens, exact = work.tokens_upto(limit)
         if not exact:
@@ -284,7 +287,7 @@ class ContextView(Generic[S]):
         first that does not fit; ``older`` the rest. No strategy runs; the summary does not
         count."""
         if not self.segmented:
-            raise TypeError("split needs a view of a segmented fold")
+            raise UsageError("split needs a view of a segmented fold")
         limit = check_budget(keep_tokens, name="keep_tokens", allow_zero=True)
         segments = state.segments
         forced = len(segments) if keep_from is None else _index(keep_from(segments), len(segments))
@@ -301,7 +304,7 @@ class ContextView(Generic[S]):
 
 def _index(value: int, length: int) -> int:
     if not isinstance(value, int) or not 0 <= value <= length:
-        raise ValueError(f"keep_from must return an index from 0 to {length}, got {value!r}")
+        raise InvalidInputError(f"keep_from must return an index from 0 to {length}, got {value!r}")
     return value
 
 
