@@ -228,6 +228,8 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
                 TranscriptWriter(transcript, TranscriptBus()),
                 session,
                 clock=lambda: journal.clock().isoformat(),
+                journal=journal,
+                stream=stream,
             )
             agent = Agent(
                 journal,
