@@ -1,4 +1,5 @@
-"""filter_compacted: the model-facing view stops at the newest completed compaction."""
+"""filter_compacted: the model-facing view starts at the newest completed compaction and
+keeps the tail it retained (opencode's ``tail_start_id``) behind the summary."""
 
 from __future__ import annotations
 
