@@ -15,7 +15,10 @@ baseline) and on contextfold's integration on a SQLite journal:
 Both sides of a framework load at the same turns: every ``--sample`` turns (the growth
 curve), then a warm-up at turn N-50 and the measured turns N-49..N (``--window``). Loads at
 the other turns are skipped on both sides: the baselines keep nothing between loads, and
-contextfold's warm-up leaves it exactly as warm as loading every turn would. A load is timed
+contextfold's warm-up leaves it exactly as warm as loading every turn would. (The pydantic-ai
+baseline, whose every save replaces its one row, likewise saves only before loads.) The
+contextfold sides keep one journal open for the run, as an agent's process does; each also
+reports one cold load, from a journal opened afresh at turn N. A load is timed
 from the call to the trimmed context in hand; what each side hands the model is then
 fingerprinted (SHA-256 of the messages), and a run whose sides differ at any measured turn
 raises ContextMismatch: speed never comes from doing less. Where a framework also offers a
