@@ -33,6 +33,7 @@ classes.
     ├── RefError (LookupError)                 a ref names no tool output or context item
     ├── UnknownStreamError (LookupError)       a read of a stream without events
     ├── ModelError                             a model provider refused or failed a request
+    ├── ProviderBlockedError (RuntimeError)    a test tried to reach a real model provider
     ├── BackpressureError                      too many events waiting: refused, none dropped
     └── BusOverflowError                       a live subscriber fell too far behind and was cut off
 """
@@ -59,6 +60,7 @@ __all__ = [
     "MissingSegmentError",
     "ModelError",
     "PayloadError",
+    "ProviderBlockedError",
     "RebuildError",
     "RefError",
     "RenderError",
@@ -276,6 +278,17 @@ class BackpressureError(ContextfoldError):
         super().__init__(message)
         self.destination = destination
         self.limit = limit
+
+
+class ProviderBlockedError(ContextfoldError, RuntimeError):
+    """Under ``contextfold.testing``'s provider guard, a request was about to leave for a
+    model provider (any host that is not loopback); nothing was sent. ``url`` is where it
+    was going. Use ``FunctionModel`` or ``LocalModel``, or point the client at a loopback
+    server."""
+
+    def __init__(self, message: str, *, url: str) -> None:
+        super().__init__(message)
+        self.url = url
 
 
 class BusOverflowError(ContextfoldError):

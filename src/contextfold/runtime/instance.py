@@ -29,6 +29,9 @@ class RunReport:
     not_rerun: list[str] = field(default_factory=list)
     """Ids of calls that may already have run and were answered with an error, not run."""
     compactions: list[int] = field(default_factory=list)
+    steps: int = 0
+    """Steps taken (a request sent or re-sent, the tool calls run, a compaction, a halt):
+    0 when there was nothing to do."""
     status: Status = "idle"
     reason: str = ""
 
@@ -46,6 +49,8 @@ class AgentInstance:
     temperature: float | None
     stream_responses: bool
     compaction_threshold: float
+    context_window: int | None  # the model's input limit; None: its known window
+    content_limit: int  # characters of one tool output or item the model sees
     observer: AgentObserver | None
     status: Status
     _not_compactable: set[int]  # requests recorded for another transport

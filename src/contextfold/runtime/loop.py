@@ -17,7 +17,9 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
 from .._aio import CancelWatch
+from ..context.compaction import check_context_window
 from ..context.events import ContextAdded
+from ..context.evidence import DEFAULT_CONTENT_LIMIT, check_content_limit
 from ..context.projection import AgentContext
 from ..context.state import SYSTEM_PROMPT_KEY
 from ..errors import InvalidInputError, ModelError
@@ -58,6 +60,13 @@ class Agent(TurnSteps):
     saying it may already have run (``"report"``, the default) or run again (``"rerun"``);
     a tool's own ``idempotent`` (True or False) overrides the policy for its calls.
 
+    ``context_window`` is the model's input limit in tokens, compacted at
+    ``compaction_threshold`` of it; None takes the model's from ``context.compaction``'s
+    table (``MODEL_WINDOWS``, which says where each number comes from).
+
+    ``content_limit`` is the most characters of one tool output or item the model sees: a
+    longer one is cut, with a ref to the whole record in the journal (``context.evidence``).
+
     Run one live Agent per stream. A new instance resumes a stopped or crashed one (it
     re-sends an unanswered request byte for byte and runs unanswered tool calls), so a
     second live instance would take the first one's request in flight for a lost one.
@@ -76,9 +85,12 @@ class Agent(TurnSteps):
         stream_responses: bool = False,
         budgets: TurnBudgets | None = None,
         compaction_threshold: float = 0.5,
+        context_window: int | None = None,
         observer: AgentObserver | None = None,
         on_interrupted_tool: InterruptedToolPolicy = "report",
+        content_limit: int = DEFAULT_CONTENT_LIMIT,
     ) -> None:
+        check_content_limit(content_limit)
         if on_interrupted_tool not in ("report", "rerun"):
             raise InvalidInputError(
                 f"on_interrupted_tool must be 'report' or 'rerun', not {on_interrupted_tool!r}"
@@ -93,8 +105,10 @@ class Agent(TurnSteps):
         self.stream_responses = stream_responses
         self.budgets = budgets or TurnBudgets()
         self.compaction_threshold = compaction_threshold
+        self.context_window = check_context_window(context_window)
         self.observer = observer
         self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
+        self.content_limit = content_limit
         self.status: Status = "idle"
         self._not_compactable: set[int] = set()
         self._cancel = CancelWatch()
@@ -102,9 +116,12 @@ class Agent(TurnSteps):
 
     # -- the loop -----------------------------------------------------------------------------
 
-    async def run_until_idle(self, *, max_steps: int = 1000) -> RunReport:
+    async def run_until_idle(
+        self, *, max_steps: int = 1000, stop: asyncio.Event | None = None
+    ) -> RunReport:
         """Run until nothing wakes the model (idle), birth is pending (queued) or the loop
-        halted itself (stopped). Raises ModelError when the provider fails."""
+        halted itself (stopped); once ``stop`` is set, after the step in progress (reason
+        ``"stop requested"``). Raises ModelError when the provider fails."""
         report = RunReport()
         self._cancel = CancelWatch()  # a cancel a driver swallowed still stops the run
         spans = self._spans
@@ -112,11 +129,16 @@ class Agent(TurnSteps):
             spans.start_turn()
         try:
             for _ in range(max_steps):
+                if stop is not None and stop.is_set():
+                    report.reason = "stop requested"
+                    break
                 context = await self.journal.fold(AgentContext, self.stream)
                 sched = await self.journal.fold(Scheduler, self.stream)
                 self._cancel.check()
                 if await self._catch_up_compaction(context, sched, report):
+                    report.steps += 1
                     continue
+                await self._materialize_if_due(context)
                 decision = decide(sched, context, self.budgets)
                 if decision.action == "idle":
                     report.status, report.reason = (
@@ -128,6 +150,7 @@ class Agent(TurnSteps):
                     report.status, report.reason = "queued", decision.reason
                     break
                 self._set_status("busy")
+                report.steps += 1
                 if decision.action == "halt":
                     reason = "circuit-breaker" if "breaker" in decision.reason else "turn-budget"
                     await self.journal.append(
@@ -147,6 +170,7 @@ class Agent(TurnSteps):
                         started=sched.started,
                         policy=self.on_interrupted_tool,
                         emit=self._emit,
+                        content_limit=self.content_limit,
                     )
                     report.tool_calls += runs.answered
                     report.not_rerun.extend(runs.not_rerun)

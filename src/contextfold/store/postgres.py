@@ -41,7 +41,7 @@ from .base import (
     wrong_version,
 )
 
-__all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url"]
+__all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url", "wake_key"]
 
 R = TypeVar("R")
 
@@ -569,6 +569,12 @@ def _wake_key(namespace: str, stream: str) -> str:
     # Fixed length, far under NOTIFY's 8000-byte payload limit; names hold no NUL.
     raw = f"{namespace}\x00{stream}".encode()
     return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def wake_key(namespace: str, stream: str) -> str:
+    """The payload of the :data:`NOTIFY_CHANNEL` notification every append to (and deletion
+    of) the stream sends: a listener tells the streams apart by it."""
+    return _wake_key(namespace, stream)
 
 
 def _pipeline(conn: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
