@@ -51,6 +51,7 @@ from .openapi import OPENAPI_PATH, openapi_schema
 from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
+from .trace import TraceRoutes
 
 __all__ = [
     "DEFAULT_MAX_LIVE_STREAMS",
@@ -177,6 +178,7 @@ def create_app(
     routes: list[BaseRoute] = [
         *streams.routes(),
         *sessions.routes(),
+        *TraceRoutes(journal, transcript, bus, namespaces=served).routes(),
         *_inspector_routes(),
         _openapi_route(orjson.dumps(document)),
     ]

@@ -1,0 +1,173 @@
+"""What a stream's session amounted to: requests, tokens (per lane and as reported),
+the prompt cache's share, compactions and cost; the numbers ``contextfold stats`` prints
+and the inspector's summary shows. Pure functions of a :class:`~.build.Timeline`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..context.compaction import context_window
+from ..context.state import AgentContextState
+from ..views.tokens import approx_tokens
+from .build import Timeline
+from .prices import PriceTable
+
+__all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class LaneTokens:
+    """One lane of the context as the latest request sees it: items and approximate tokens
+    (JSON length / 4, the default counter)."""
+
+    lane: str
+    items: int
+    tokens: int
+
+
+def lanes_of(state: AgentContextState) -> tuple[LaneTokens, ...]:
+    """The system lane, the session prefix (logged in the request header) and history."""
+    prefix = state.header.session_prefix if state.header is not None else ()
+    return (
+        LaneTokens(
+            "system", len(state.system), sum(approx_tokens(i.content) for i in state.system)
+        ),
+        LaneTokens("session prefix", len(prefix), sum(approx_tokens(m.content) for m in prefix)),
+        LaneTokens(
+            "history", len(state.history), sum(approx_tokens(i.content) for i in state.history)
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stats:
+    """The totals of one stream (see the module docstring).
+
+    ``cached_share`` is the cached input tokens over the input tokens of the requests
+    whose provider reported a cache count; ``prefix_share`` the bytes of every body that
+    are an exact prefix of the previous request's body, over those bodies' bytes (the
+    first request has no previous one). ``cost`` is None without a price for any request.
+    """
+
+    stream: str
+    version: int
+    turns: int
+    requests: int
+    answered: int
+    sends: int
+    tool_calls: int
+    tool_errors: int
+    compactions: int
+    input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cached_share: float | None
+    prefix_share: float | None
+    cost: float | None
+    unpriced_models: tuple[str, ...]
+    verify: dict[str, int]
+    model: str | None
+    context_window: int | None
+    lanes: tuple[LaneTokens, ...]
+    latest_input_tokens: int | None
+    """The input tokens the provider reported for the latest answered request."""
+
+
+def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
+    """The stats of ``timeline``, with costs from ``prices`` when given."""
+    requests = timeline.requests
+    answered = [r for r in requests if r.usage is not None]
+    reported = [r for r in answered if r.usage and r.usage.cached_input_tokens is not None]
+    reported_input = sum(r.usage.input_tokens for r in reported if r.usage)
+    compared = [r for r in requests if r.prefix_bytes is not None and r.size]
+    compared_bytes = sum(r.size or 0 for r in compared)
+    calls = [c for r in requests for c in r.tool_calls]
+    compactions = [i for t in timeline.turns for i in t.items if i.kind == "compaction"]
+    cost: float | None = None
+    unpriced: set[str] = set()
+    if prices is not None:
+        for request in answered:
+            model = request.response_model or request.model
+            spent = prices.cost(model, request.usage)
+            if spent is None:
+                unpriced.add(model or "?")
+            else:
+                cost = (cost or 0.0) + spent
+        for item in compactions:
+            spent = prices.cost(
+                timeline.state.header.model if timeline.state.header else None, item.usage
+            )
+            if spent is not None:
+                cost = (cost or 0.0) + spent
+    verify = {"ok": 0, "drift": 0, "error": 0, "unsent": 0}
+    for request in requests:
+        verify[request.verify] += 1
+    header = timeline.state.header
+    return Stats(
+        stream=timeline.stream,
+        version=timeline.version,
+        turns=len(timeline.turns),
+        requests=len(requests),
+        answered=len(answered),
+        sends=sum(r.sends for r in requests),
+        tool_calls=len(calls),
+        tool_errors=sum(1 for c in calls if c.is_error),
+        compactions=len(compactions),
+        input_tokens=sum(r.usage.input_tokens for r in answered if r.usage),
+        cached_input_tokens=sum(r.usage.cached_input_tokens or 0 for r in answered if r.usage),
+        cache_write_tokens=sum(r.usage.cache_write_tokens or 0 for r in answered if r.usage),
+        output_tokens=sum(r.usage.output_tokens for r in answered if r.usage),
+        reasoning_tokens=sum(r.usage.reasoning_tokens or 0 for r in answered if r.usage),
+        cached_share=(
+            sum(r.usage.cached_input_tokens or 0 for r in reported if r.usage) / reported_input
+            if reported_input
+            else None
+        ),
+        prefix_share=(
+            sum(r.prefix_bytes or 0 for r in compared) / compared_bytes if compared_bytes else None
+        ),
+        cost=cost,
+        unpriced_models=tuple(sorted(unpriced)),
+        verify=verify,
+        model=header.model if header is not None else None,
+        context_window=context_window(header.model) if header is not None else None,
+        lanes=lanes_of(timeline.state),
+        latest_input_tokens=answered[-1].usage.input_tokens
+        if answered and answered[-1].usage
+        else None,
+    )
+
+
+def stats_json(stats: Stats) -> dict[str, Any]:
+    """The stats as JSON (the shape of ``contextfold stats --json`` and the HTTP API)."""
+    return {
+        "stream": stats.stream,
+        "version": stats.version,
+        "turns": stats.turns,
+        "requests": stats.requests,
+        "answered": stats.answered,
+        "sends": stats.sends,
+        "tool_calls": stats.tool_calls,
+        "tool_errors": stats.tool_errors,
+        "compactions": stats.compactions,
+        "tokens": {
+            "input": stats.input_tokens,
+            "cached_input": stats.cached_input_tokens,
+            "cache_write": stats.cache_write_tokens,
+            "output": stats.output_tokens,
+            "reasoning": stats.reasoning_tokens,
+        },
+        "cache": {"cached_share": stats.cached_share, "prefix_share": stats.prefix_share},
+        "cost": stats.cost,
+        "unpriced_models": list(stats.unpriced_models),
+        "verify": dict(stats.verify),
+        "model": stats.model,
+        "context_window": stats.context_window,
+        "latest_input_tokens": stats.latest_input_tokens,
+        "lanes": [
+            {"lane": lane.lane, "items": lane.items, "tokens": lane.tokens} for lane in stats.lanes
+        ],
+    }
