@@ -28,8 +28,16 @@ from .context import (
     render,
     wire_role,
 )
-from .context.rebuild import RequestDrift, RequestRecorded, rebuild_request, verify_requests
+from .context.manifest import Manifest
+from .context.rebuild import (
+    RequestDrift,
+    RequestRecorded,
+    rebuild_manifest,
+    rebuild_request,
+    verify_requests,
+)
 from .errors import (
+    BackpressureError,
     BusOverflowError,
     CheckpointError,
     CompactionError,
@@ -56,7 +64,7 @@ from .events import Envelope, Event, EventMeta, NewEvent, RawEvent, StoredEvent,
 from .folds import Fold, FrozenDict, FrozenList, Segment, SegmentedFold, SegmentedState
 from .folds.reader import FoldCache, Skipped
 from .journal import CompactionResult, Journal, SyncJournal, open_journal, open_journal_sync
-from .render.envelope import Layer, Manifest, TurnEvent, coalesce, compile_turn
+from .render.envelope import Layer, TurnContext, TurnEvent, coalesce, compile_turn
 from .render.prefix import SessionPrefix
 from .runtime import (
     Agent,
@@ -74,6 +82,7 @@ from .runtime import (
     Toolbox,
     ToolContext,
     TurnBudgets,
+    TurnDispatcher,
     system_prompt,
     tool,
 )
@@ -114,6 +123,7 @@ __all__ = [
     "AgentObserver",
     "AnthropicModel",
     "AppendResult",
+    "BackpressureError",
     "BusOverflowError",
     "CheckpointError",
     "CompactionError",
@@ -193,6 +203,8 @@ __all__ = [
     "Toolbox",
     "Transport",
     "TurnBudgets",
+    "TurnContext",
+    "TurnDispatcher",
     "TurnEvent",
     "UnknownEventTypeError",
     "Usage",
@@ -211,6 +223,7 @@ __all__ = [
     "newest",
     "open_journal",
     "open_journal_sync",
+    "rebuild_manifest",
     "rebuild_request",
     "register_actor_type",
     "render",

@@ -17,12 +17,13 @@ from rich.table import Table
 
 from .context.events import Actor, ContextAdded, LlmRequestPolicy
 from .context.projection import AgentContext
-from .context.rebuild import verify_requests
+from .context.rebuild import rebuild_manifest, verify_requests
 from .errors import InvalidInputError
 from .journal import open_journal
-from .render.envelope import Layer, TurnEvent, compile_turn
+from .render.envelope import ChannelInfo, Layer, TurnContext, TurnEvent
 from .render.prefix import SessionPrefix
 from .runtime.clients import AnthropicModel, ModelClient, OpenAIChatModel
+from .runtime.dispatch import TurnDispatcher
 from .runtime.events import (
     CompactionFinished,
     CompactionStarted,
@@ -76,6 +77,30 @@ SAMPLE_WORKSPACE: dict[str, str] = {
 }
 
 SYSTEM_PROMPT = "You are a careful coding assistant. Use the tools; cite files."
+
+CHAT_CONTEXT = TurnContext(
+    standing=(Layer.canonical("persona_and_team_guidance", SYSTEM_PROMPT),),
+    channel=ChannelInfo("billing-eng", "Deploys and incidents of billing-service"),
+    delivery=(("channel_id", "billing-eng"), ("scope", "thread"), ("reply_to", "chat-1")),
+)
+CHAT = tuple(
+    TurnEvent(
+        kind="mention",
+        author="Morgan",
+        actor="npub-morgan",
+        event_id=f"chat-{n}",
+        thread_root=None if n == 1 else "chat-1",
+        content=text,
+    )
+    for n, text in enumerate(
+        (
+            "The deploy of main is blocked.",
+            "What blocks a deploy?",
+            "Which step pages the on-call engineer?",
+        ),
+        start=1,
+    )
+)
 
 QUESTIONS = (
     "Where are the rates defined?",
@@ -137,6 +162,8 @@ class _Printer:
         self.console, self.journal, self.stream = console, journal, stream
         self.build = 0
         self.previous = b""
+        self.steer: tuple[TurnDispatcher, TurnEvent] | None = None
+        """A chat message to deliver while a tool runs: steered into the running turn."""
 
     async def on_event(self, event: LoopEvent) -> None:
         out = self.console
@@ -175,6 +202,13 @@ class _Printer:
                     actor="webhook",
                 )
                 out.print(f"  [magenta]webhook[/] ci/status ← build #{self.build}")
+                if self.steer is not None:
+                    (dispatcher, message), self.steer = self.steer, None
+                    receipt = await dispatcher.receive(message)
+                    out.print(
+                        f"  [magenta]chat[/] {message.author}: {message.content} "
+                        f"→ {receipt.status} (in the journal @{receipt.position})"
+                    )
             case ToolFinished(outcome=outcome):
                 out.print(
                     f"  [yellow]tool[/] {outcome.name}: {len(outcome.output)} chars"
@@ -263,6 +297,15 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
                 out.print(f"[bold]user[/] {question}")
                 report = await agent.run_until_idle()
 
+            # Event-driven turns: chat events coalesce by actor and thread into one turn,
+            # compiled into one envelope; a message arriving mid-turn is steered into it.
+            dispatcher = TurnDispatcher(journal, stream, context=CHAT_CONTEXT)
+            for message in CHAT[:2]:
+                await dispatcher.receive(message)
+            printer.steer = (dispatcher, CHAT[2])
+            out.print("[bold]chat[/] Morgan, two messages in one thread: one turn")
+            await dispatcher.run(agent)
+
             state = await journal.fold(AgentContext, stream)
             drifts = await verify_requests(journal, stream)
             requests = len(state.request_offsets)
@@ -280,21 +323,11 @@ async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = No
                     lane, str(len(items)), str(sum(approx_tokens(i.content) for i in items))
                 )
             out.print(table)
-            last_user = next((i for i in reversed(state.history) if i.role == "user"), None)
-            compiled = compile_turn(
-                [
-                    Layer("system", SYSTEM_PROMPT),
-                    Layer("history", "\n".join(i.content for i in state.history)),
-                ],
-                TurnEvent(
-                    kind="message",
-                    author="user",
-                    actor="user",
-                    event_id=f"@{last_user.offset if last_user else 0}",
-                    content=last_user.content if last_user else "",
-                ),
-            )
-            out.print(f"turn envelope manifest hash: [bold]{compiled.manifest.hash}[/]")
+            for offset in state.request_offsets:
+                manifest = await rebuild_manifest(journal, stream, offset)
+                if manifest is not None:  # a request of an event-driven turn
+                    layers = " ".join(f"{x.order}:{x.layer}" for x in manifest.layers)
+                    out.print(f"request @{offset} manifest [bold]{manifest.hash}[/]\n  {layers}")
             out.print(
                 "compactions: "
                 + (

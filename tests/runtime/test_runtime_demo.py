@@ -7,7 +7,6 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,8 @@ from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import verify_requests
 from contextfold.context.state import SYSTEM_PROMPT_KEY
 from contextfold.journal import open_journal
-from contextfold.render.envelope import Layer, compile_turn
+from contextfold.render.envelope import TurnContext, compile_turn
+from contextfold.runtime import dispatch as dispatch_module
 
 
 def run_demo(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -86,18 +86,27 @@ async def test_demo_turn_envelope_carries_the_real_system_prompt(
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    compiled: list[Sequence[Layer]] = []
-    original = compile_turn  # what the demo calls: it imports it from render.envelope
+    compiled: list[TurnContext] = []
+    original = compile_turn  # what the dispatcher calls: it imports it from render.envelope
 
-    def spy(layers: Sequence[Layer], *args: Any, **kwargs: Any) -> Any:
-        compiled.append(tuple(layers))
-        return original(layers, *args, **kwargs)
+    def spy(batch: Any, context: TurnContext, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(context)
+        return original(batch, context, *args, **kwargs)
 
-    monkeypatch.setattr(demo_module, "compile_turn", spy)
+    monkeypatch.setattr(dispatch_module, "compile_turn", spy)
     db = tmp_path / "demo.db"
     assert await demo_module.run_demo(db, console=Console(file=io.StringIO(), width=200))
     async with open_journal(f"sqlite:///{db}") as journal:
         state = await journal.fold(AgentContext, "demo/coding-session")
     [prompt] = [item.content for item in state.system if item.key == SYSTEM_PROMPT_KEY]
-    [layers] = compiled
-    assert [layer.content for layer in layers if layer.name == "system"] == [prompt]
+    [context] = compiled
+    persona = [x.content for x in context.standing if x.layer == "persona_and_team_guidance"]
+    assert persona == [prompt]
+
+
+def test_demo_shows_the_manifest_of_each_event_driven_request(demo: tuple[Path, str]) -> None:
+    _, out = demo
+    manifests = re.findall(r"request @(\d+) manifest (sha256:[0-9a-f]{64})", out)
+    assert len(manifests) >= 2  # the turn's requests, before and after the steer
+    assert len({digest for _, digest in manifests}) >= 2
+    assert "→ injected" in out

@@ -7,6 +7,7 @@ from .clients import (
     OpenAIChatModel,
     OpenAIResponsesModel,
 )
+from .dispatch import DispatchedTurn, Receipt, TurnDispatcher
 from .events import (
     LOOP_EVENT_TYPES,
     AgentObserver,
@@ -43,6 +44,7 @@ __all__ = [
     "CompactionStarted",
     "Decision",
     "DeltaReceived",
+    "DispatchedTurn",
     "FunctionModel",
     "InterruptedToolPolicy",
     "LocalModel",
@@ -53,6 +55,7 @@ __all__ = [
     "Observers",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "Receipt",
     "RequestFailed",
     "RequestInterrupted",
     "RequestRetried",
@@ -69,6 +72,7 @@ __all__ = [
     "ToolStarted",
     "Toolbox",
     "TurnBudgets",
+    "TurnDispatcher",
     "decide",
     "system_prompt",
     "tool",

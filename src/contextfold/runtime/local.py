@@ -8,6 +8,7 @@ same request it always answers the same, and it reports usage as request bytes /
 from __future__ import annotations
 
 import hashlib
+import html
 import json
 import re
 
@@ -57,12 +58,16 @@ def _body(message: NeutralMessage) -> str:
 
 
 _SUMMARY_START = "Summary of the conversation so far"
+_TURN_START = "<buzz-turn>"
+_EVENT_CONTENT = re.compile(r"^<event [^\n]*>\nContent: (.*?)\n</event>$", re.M | re.S)
 _ASKED = "- The user asked: "
 
 
 def _asked(message: NeutralMessage) -> list[str]:
     """What a user message asked: its text, or the questions a summary records."""
     body = _body(message).strip()
+    if body.startswith(_TURN_START):  # a turn envelope: what its events say
+        return [html.unescape(text) for text in _EVENT_CONTENT.findall(body)]
     if not body.startswith(_SUMMARY_START):
         return [body] if body else []
     asked: list[str] = []

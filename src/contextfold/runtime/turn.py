@@ -27,6 +27,7 @@ from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
 from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
+from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError
 from ..events import Envelope, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
@@ -144,6 +145,7 @@ class TurnSteps(CompactionSteps):
                 transport=rendered.transport,
                 sha256=rendered.sha256,
                 size=len(rendered.body),
+                manifest=await manifest_at(self.journal, self.stream, offset),
             ),
             actor="agent",
             channels=(),
