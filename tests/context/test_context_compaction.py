@@ -10,6 +10,7 @@ from context_helpers import HEADER, Log
 
 from contextfold.context import (
     COMPACTION_INSTRUCTION,
+    CONTEXT_WINDOWS,
     DEFAULT_CONTEXT_WINDOW,
     Actor,
     CompactionMeta,
@@ -21,6 +22,14 @@ from contextfold.context import (
     needs_compaction,
     pick_compaction,
     summary_item,
+)
+from contextfold.context.compaction import (
+    MAX_COMPACTION_ATTEMPTS,
+    MODEL_WINDOWS,
+    check_context_window,
+    compaction_attempt,
+    latest_summary,
+    threshold_tokens,
 )
 from contextfold.errors import InvalidInputError
 from contextfold.wire import TRANSPORTS, Usage, render_body
@@ -222,3 +231,95 @@ def test_header_snapshot_is_kept_through_compaction() -> None:
     log, r = _compactable()
     log.append(summary_item("s", cutoff=r))
     assert log.state().header == HEADER
+
+
+# -- context windows: the input limit, where each number comes from --------------------------
+
+
+@pytest.mark.parametrize("model", ["gpt-5", "gpt-5-mini", "gpt-5-nano", "gpt-5.1", "openai/gpt-5"])
+def test_the_gpt_5_family_window_is_its_input_limit(model: str) -> None:
+    assert context_window(model) == 272_000
+    assert needs_compaction(136_000, model) and not needs_compaction(135_999, model)
+
+
+def test_every_window_says_where_it_comes_from() -> None:
+    prefixes = [row.prefix for row in MODEL_WINDOWS]
+    assert len(set(prefixes)) == len(prefixes)
+    for row in MODEL_WINDOWS:
+        assert row.input_tokens > 0 and row.source.strip(), row
+        assert CONTEXT_WINDOWS[row.prefix] == row.input_tokens
+    assert set(CONTEXT_WINDOWS) == set(prefixes)
+
+
+def test_a_given_window_overrides_the_table() -> None:
+    assert needs_compaction(500, "gpt-4o", window=1000)
+    assert not needs_compaction(499, "gpt-4o", window=1000)
+    assert threshold_tokens("gpt-4o", threshold=0.25, window=1000) == 250
+    assert threshold_tokens("gpt-5") == 136_000
+    over = [_response(5, 600)]
+    assert pick_compaction(over) is None
+    picked = pick_compaction(over, window=1000)
+    assert picked is not None and picked.request_offset == 5
+
+
+@pytest.mark.parametrize("window", [0, -1, 1.5, True, "128000"])
+def test_a_window_that_is_no_positive_int_is_refused(window: object) -> None:
+    with pytest.raises(InvalidInputError, match="context_window"):
+        check_context_window(window)
+    with pytest.raises(InvalidInputError, match="context_window"):
+        needs_compaction(1, "gpt-4o", window=window)  # type: ignore[arg-type]
+
+
+# -- compaction attempts in a row --------------------------------------------------------------
+
+
+def _compacted(attempt: int = 1) -> tuple[Log, int, int]:
+    """A context compacted through its first request: (log, cutoff, summary offset)."""
+    log = Log()
+    log.add("system", "a big system lane", key="agent/system-prompt")  # 1
+    log.add("user", "q1", actor=Actor(type="user"))  # 2
+    cutoff = log.request()  # 3
+    log.add("assistant", "a1", actor=Actor(type="agent"), llm_request_offset=cutoff)  # 4
+    summary_at = log.append(summary_item("gist", cutoff=cutoff, attempt=attempt))  # 5
+    return log, cutoff, summary_at
+
+
+def test_a_first_compaction_is_attempt_one() -> None:
+    log = Log()
+    log.add("user", "q1")
+    r = log.request()
+    assert compaction_attempt(log.state(), r, over=True) == 1
+    assert latest_summary(log.state()) is None
+
+
+def test_a_compaction_the_next_request_still_overflows_counts_on() -> None:
+    log, _, summary_at = _compacted(attempt=1)
+    log.add("user", "q2", actor=Actor(type="user"))
+    first = log.request()  # the first request after the cutoff
+    state = log.state()
+    assert latest_summary(state) is not None and latest_summary(state).offset == summary_at  # type: ignore[union-attr]
+    assert compaction_attempt(state, first, over=True) == 2
+    assert compaction_attempt(state, first, over=False) == 1  # it fitted: the summary helped
+    # Counting goes on from the summary's own attempt.
+    log2, _, _ = _compacted(attempt=2)
+    log2.add("user", "q2")
+    first2 = log2.request()
+    assert compaction_attempt(log2.state(), first2, over=True) == MAX_COMPACTION_ATTEMPTS + 1
+
+
+def test_a_later_request_over_the_threshold_starts_counting_afresh() -> None:
+    log, _, _ = _compacted(attempt=2)
+    log.add("user", "q2")
+    log.request()  # the first request after the cutoff: it fitted (never compacted)
+    log.add("user", "q3")
+    later = log.request()
+    assert compaction_attempt(log.state(), later, over=True) == 1
+
+
+def test_the_summary_records_its_attempt() -> None:
+    log, cutoff, _ = _compacted(attempt=2)
+    meta = log.state().history[0].compaction
+    assert meta == CompactionMeta(replaces_history_through=cutoff, attempt=2)
+    assert CompactionMeta(replaces_history_through=1).attempt == 1
+    with pytest.raises(ValueError):
+        CompactionMeta(replaces_history_through=1, attempt=0)

@@ -13,6 +13,7 @@ from contextfold.context.compaction import COMPACTION_INSTRUCTION
 from contextfold.context.events import ContextAdded
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import verify_requests
+from contextfold.errors import CompactionError, InvalidInputError
 from contextfold.journal import Journal
 from contextfold.render.prefix import SessionPrefix
 from contextfold.runtime.clients import FunctionModel
@@ -250,3 +251,114 @@ async def test_catch_up_compacts_only_the_newest_over_threshold_request_once(
     for again in (restarted, Agent(journal, STREAM, FunctionModel(model))):
         assert (await again.run_until_idle()).compactions == []
     assert len(model.summaries) == 1
+
+
+# -- context windows and compaction attempts ------------------------------------------------
+
+
+async def _summaries(journal: Journal) -> list[ContextAdded]:
+    return [e for _, e in await events_of(journal, STREAM, ContextAdded) if e.compaction]
+
+
+async def test_the_gpt_5_window_is_272k_and_an_agent_can_override_it(journal: Journal) -> None:
+    """Half of gpt-5's 272,000 input tokens is 136,000: 150,000 is over it (it was not with
+    the 400,000 total window); an agent's own context_window decides instead when given."""
+    tokens = {"value": 150_000}
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if is_summary_request(request):
+            return ModelOutput(text="gist", usage=Usage(input_tokens=10, output_tokens=5))
+        return ModelOutput(text="ok", usage=Usage(input_tokens=tokens["value"], output_tokens=5))
+
+    gpt5 = FunctionModel(model, model="gpt-5-mini")
+    await journal.append(STREAM, [system_prompt("Agent."), user("question one")])
+    assert (await Agent(journal, STREAM, gpt5).run_until_idle()).compactions != []
+
+    tokens["value"] = 100_000  # under 136,000, over half of a 150,000-token window
+    other = "agents/other"
+    await journal.append(other, [system_prompt("Agent."), user("question one")])
+    assert (await Agent(journal, other, gpt5).run_until_idle()).compactions == []
+    report = await Agent(journal, other, gpt5, context_window=150_000).run_until_idle()
+    assert report.requests == [] and len(report.compactions) == 1
+
+
+@pytest.mark.parametrize("window", [0, -5, 2.5, "big"])
+def test_a_context_window_that_is_no_positive_int_is_refused(
+    journal: Journal, window: object
+) -> None:
+    with pytest.raises(InvalidInputError, match="context_window"):
+        Agent(journal, STREAM, FunctionModel(lambda r: "ok"), context_window=window)  # type: ignore[arg-type]
+
+
+async def test_a_compaction_that_cannot_help_stops_after_two_attempts(journal: Journal) -> None:
+    """Every answer reports input over the threshold: two summaries in a row leave it over,
+    and then the loop raises, naming the request and its size, instead of paying a summary
+    call on every turn (again: nothing is summarized or appended)."""
+    model = Model()
+
+    def always_heavy(request: NeutralRequest) -> ModelOutput:
+        if is_summary_request(request):
+            model.summaries.append(request)
+            return ModelOutput(text="gist", usage=Usage(input_tokens=10, output_tokens=5))
+        model.requests.append(request)
+        return ModelOutput(text="answer", usage=Usage(input_tokens=BIG, output_tokens=5))
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    agent = Agent(journal, STREAM, FunctionModel(always_heavy), compaction_threshold=0.5)
+    for question in ("one", "two"):
+        await journal.append(STREAM, user(f"question {question}"))
+        assert len((await agent.run_until_idle()).compactions) == 1
+    assert [s.compaction.attempt for s in await _summaries(journal) if s.compaction] == [1, 2]
+
+    await journal.append(STREAM, user("question three"))
+    with pytest.raises(CompactionError, match="still above threshold after 2 compaction") as err:
+        await agent.run_until_idle()
+    third = (await journal.fold(AgentContext, STREAM)).request_offset
+    assert f"request @{third} of stream {STREAM!r} is 100,000 input tokens" in str(err.value)
+    assert err.value.reason == "still-over-threshold"
+    assert len(model.summaries) == 2
+    version = await journal.version(STREAM)
+    for again in (agent, Agent(journal, STREAM, FunctionModel(always_heavy))):
+        with pytest.raises(CompactionError, match="after 2 compaction attempts"):
+            await again.run_until_idle()
+    assert len(model.summaries) == 2 and await journal.version(STREAM) == version
+
+
+async def test_a_compaction_that_helped_starts_the_count_again(journal: Journal) -> None:
+    usages = iter([BIG, 500, BIG, BIG])
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if is_summary_request(request):
+            return ModelOutput(text="gist", usage=Usage(input_tokens=10, output_tokens=5))
+        return ModelOutput(text="answer", usage=Usage(input_tokens=next(usages), output_tokens=5))
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    agent = Agent(journal, STREAM, FunctionModel(model))
+    for n in range(4):
+        await journal.append(STREAM, user(f"question {n}"))
+        await agent.run_until_idle()
+    # The second request fitted: the summary of the third is a first attempt again.
+    assert [s.compaction.attempt for s in await _summaries(journal) if s.compaction] == [1, 1, 2]
+
+
+async def test_the_pressure_gate_stops_after_two_attempts_too(journal: Journal) -> None:
+    """A system lane (compaction-immune) over the threshold of a small window: the gate's
+    estimate stays over it after each summary, so it summarizes twice, then raises."""
+    summaries: list[NeutralRequest] = []
+
+    def model(request: NeutralRequest) -> ModelOutput:
+        if is_summary_request(request):
+            summaries.append(request)
+            return ModelOutput(text="gist", usage=Usage(input_tokens=10, output_tokens=5))
+        return ModelOutput(text="ok", usage=Usage(input_tokens=10, output_tokens=5))
+
+    await journal.append(STREAM, system_prompt("Agent. " + "Always be thorough. " * 300))
+    agent = Agent(journal, STREAM, FunctionModel(model), context_window=1_000)
+    for n in range(3):
+        await journal.append(STREAM, user(f"question {n}"))
+        await agent.run_until_idle()
+    assert len(summaries) == 2
+    await journal.append(STREAM, user("question 3"))
+    with pytest.raises(CompactionError, match="still above threshold after 2 compaction"):
+        await agent.run_until_idle()
+    assert len(summaries) == 2

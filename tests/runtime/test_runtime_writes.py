@@ -50,9 +50,11 @@ async def test_every_event_the_runtime_appends_is_declared_runtime_only(
             await journal.append(STREAM, user("stop, add 2 and 3", "interrupt"))
             await asyncio.Event().wait()
         call = ToolCall(id=f"c{calls}", name="add", arguments='{"a": 2, "b": 3}')
+        # One answer over the threshold: a compaction that works (every answer over it
+        # would stop the loop after two attempts, before the turn budget halts it).
         return ModelOutput(
             tool_calls=(call,),
-            usage=Usage(input_tokens=BIG, output_tokens=10),
+            usage=Usage(input_tokens=BIG if calls == 2 else 500, output_tokens=10),
             finish_reason="tool_calls",
         )
 

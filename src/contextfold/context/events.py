@@ -146,6 +146,8 @@ class CompactionMeta(_Frozen):
     """Offset of the summarized request: history at or below it is replaced."""
     usage: Usage | None = None
     """The summarizer call's usage, when the provider reported it."""
+    attempt: int = Field(default=1, ge=1)
+    """Compactions in a row whose next request stayed over the threshold, this one included."""
 
 
 class ContextAdded(Event, type="contextfold.agent/context-added"):

@@ -19,7 +19,8 @@ content, so an item appended ahead of the real result cannot take its place. The
 remembers only the latest unfollowed ``ToolCallResult`` (position and id), nothing more.
 
 ``AgentContext`` is the ready fold; the ``reduce_*`` functions are the same handlers as
-plain functions.
+plain functions. Its cold reads start from the newest materialization the runtime stored
+(:mod:`~contextfold.context.materialized`) and fold only the events after its cursor.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from typing import Any
 
 from ..events import Envelope
 from ..folds.fold import Fold
+from ..store.base import Store
 from .compaction import apply_compaction
 from .events import ContextAdded, LlmRequestRequested, ToolCallResult
-from .state import AgentContextState, ContextItem
+from .materialized import load_materialized
+from .state import AGENT_WRITER, TOOL_WRITER, AgentContextState, ContextItem
 from .trust import is_trusted
 
 __all__ = [
@@ -45,13 +48,26 @@ __all__ = [
     "reduce_tool_result",
 ]
 
-AgentContext: Fold[AgentContextState] = Fold(
+
+class _ContextFold(Fold[AgentContextState]):
+    """The agent context fold: a cold read starts from its newest materialization
+    (:mod:`contextfold.context.materialized`), which equals the fold of the events through
+    its cursor, and folds only the events after it."""
+
+    async def restore(
+        self, store: Store, namespace: str, stream: str
+    ) -> tuple[AgentContextState, str | None] | None:
+        return await load_materialized(self, store, namespace, stream)
+
+
+AgentContext: Fold[AgentContextState] = _ContextFold(
     "agent_context",
     state=AgentContextState,
     initial=AgentContextState,
     version=1,
     # It compacts by cutoff (a summary item), never by checkpoint: request rebuilds fold the
-    # events alone, so a live request read from a checkpoint could differ from its rebuild.
+    # events alone, so a live request read from a state replaced by hand could differ from
+    # its rebuild. A materialization is no such replacement: it is the fold itself, stored.
     checkpoints=False,
     compacted_by=(
         "cf.AgentContext compacts by cutoff: cf.Agent appends a summary item by itself when a "
@@ -63,12 +79,6 @@ AgentContext: Fold[AgentContextState] = Fold(
 )
 """The agent context fold: ``ContextAdded`` and ``LlmRequestRequested`` into lanes
 (``ToolCallResult`` only verifies the result item that follows it)."""
-
-
-AGENT_WRITER = "agent"
-"""The journal meta actor of the runtime's own appends; only its items carry verified calls."""
-TOOL_WRITER = "tool"
-"""The journal meta actor the runtime appends tool results with: only its results verify."""
 
 
 def _is_request(state: AgentContextState, offset: int) -> bool:

@@ -13,10 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..wire import ItemRole, ToolCall
 from .events import Actor, CompactionMeta, FileAttachment, Ref, RequestHeader
 
-__all__ = ["SYSTEM_PROMPT_KEY", "AgentContextState", "ContextItem"]
+__all__ = ["AGENT_WRITER", "SYSTEM_PROMPT_KEY", "TOOL_WRITER", "AgentContextState", "ContextItem"]
 
 SYSTEM_PROMPT_KEY = "agent/system-prompt"
 """The well-known system-lane key of the agent's base prompt (distributed birth waits for it)."""
+
+AGENT_WRITER = "agent"
+"""The journal meta actor of the runtime's own appends; only its items carry verified calls."""
+TOOL_WRITER = "tool"
+"""The journal meta actor the runtime appends tool results with: only its results verify."""
 
 
 class ContextItem(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -22,6 +22,9 @@ from ..errors import (
 )
 from ..events import E, Envelope, Event, StoredEvent
 from .freeze import freeze
+
+if TYPE_CHECKING:
+    from ..store.base import Store
 
 __all__ = ["Fold", "FoldBase", "Handler", "Scope"]
 
@@ -139,6 +142,14 @@ class FoldBase(Generic[S]):
     compacted_by: str | None = None
     """What compacts this fold instead of ``journal.compact`` (None: nothing), named in the
     CompactionError that ``journal.compact`` raises for it."""
+
+    async def restore(
+        self, store: Store, namespace: str, stream: str
+    ) -> tuple[S, str | None] | None:
+        """A stored materialization of this fold to start a cold read from when no checkpoint
+        applies: the state and the cursor of the last event it folded, which it must equal the
+        fold of. None (the default): fold from the start."""
+        return None
 
     @property
     def can_checkpoint(self) -> bool:

@@ -253,7 +253,8 @@ class FoldReader:
                 flight.ended = True
 
     async def _cold(self, fold: FoldBase[S], namespace: str, stream: str) -> _Entry:
-        """The newest usable checkpoint (or the initial state), not yet caught up."""
+        """The newest usable checkpoint, else the fold's materialization, else the initial
+        state; not yet caught up."""
         if fold.can_checkpoint:
             before: str | None = None
             while True:
@@ -267,6 +268,9 @@ class FoldReader:
                 if len(found) < 20:
                     break
                 before = found[-1].cursor
+        materialized = await fold.restore(self.store, namespace, stream)
+        if materialized is not None:
+            return _Entry(materialized[0], materialized[1], 0, self._clock())
         return _Entry(fold.initial_state(), None, 0, self._clock())
 
     async def _restore(

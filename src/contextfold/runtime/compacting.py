@@ -1,18 +1,38 @@
 """Compaction by cutoff in the agent loop: summarize the newest request whose usage
 crossed the threshold through the same model, and append the summary that replaces the
-history through it."""
+history through it.
+
+Two ways in: the catch-up (a response's usage report crossed the threshold) and the
+pressure gate (the estimate of the request about to go out crosses it). Either way a
+compaction whose next request is still over the threshold is tried once more, and then
+the loop stops with a CompactionError (``still above threshold after 2 compaction
+attempts``) instead of paying a summary call on every turn.
+"""
 
 from __future__ import annotations
 
 import logging
 
-from ..context.compaction import build_summary_request, pick_compaction, summary_item
+from ..context.compaction import (
+    MAX_COMPACTION_ATTEMPTS,
+    build_summary_request,
+    compaction_attempt,
+    latest_summary,
+    needs_compaction,
+    pick_compaction,
+    summary_item,
+    threshold_tokens,
+)
+from ..context.events import RequestHeader
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_state
+from ..context.request import build_request
 from ..context.state import AgentContextState
-from ..wire import render_request
+from ..errors import CompactionError, RenderError
+from ..wire import NeutralRequest, Transport, render_request
 from .events import CompactionFinished, CompactionStarted
-from .instance import AgentInstance, RunReport
+from .instance import RunReport
+from .materializing import MaterializingSteps
 from .scheduling import SchedulerState
 
 __all__ = ["CompactionSteps"]
@@ -20,7 +40,7 @@ __all__ = ["CompactionSteps"]
 log = logging.getLogger("contextfold.runtime")
 
 
-class CompactionSteps(AgentInstance):
+class CompactionSteps(MaterializingSteps):
     """The agent's compaction steps (a base of :class:`~contextfold.runtime.loop.Agent`)."""
 
     async def _catch_up_compaction(
@@ -28,29 +48,113 @@ class CompactionSteps(AgentInstance):
     ) -> bool:
         """Summarize the newest request whose usage report crossed the threshold and is not
         summarized yet (several may have piled up, e.g. before a restart: only the newest is
-        summarized, once). Waits while the latest request is unanswered. True when it did."""
+        summarized, once). Waits while the latest request is unanswered. True when it did.
+
+        Raises CompactionError when it would be the third compaction in a row that leaves
+        the next request over the threshold."""
         if not sched.answered:
             return False
         picked = pick_compaction(
             sched.reports,
             threshold=self.compaction_threshold,
             compacted_through=context.compacted_through,
+            window=self.context_window,
         )
         if picked is None or picked.request_offset in self._not_compactable:
             return False
+        assert picked.usage is not None  # pick_compaction takes only measured reports
+        attempt = self._attempt(
+            context, picked.request_offset, picked.usage.input_tokens, picked.model
+        )
         self._set_status("busy")
-        if await self._compact(picked.request_offset, report):
+        if await self._compact(picked.request_offset, report, attempt=attempt):
             return True
         self._not_compactable.add(picked.request_offset)
         return False
 
-    async def _compact(self, offset: int, report: RunReport) -> bool:
+    async def _relieve_pressure(
+        self, context: AgentContextState, header: RequestHeader, report: RunReport
+    ) -> AgentContextState:
+        """The pressure gate before a request goes out: estimate it with ``header``
+        (session prefix included: a new instance's prefix may have grown) and, when it
+        crosses the threshold, summarize the previous request first. Returns the context
+        the request is built from. Raises CompactionError like the catch-up."""
+        previous = context.request_offset
+        if previous is None or previous <= context.compacted_through:
+            return context
+        estimate = _estimate(build_request(context, header), header.transport)
+        if not self._over(estimate, header.model):
+            return context
+        # Measured like the request about to go: an estimate of previous's own body.
+        attempt = self._attempt(context, previous, _estimate_of(context), header.model)
+        if await self._compact(previous, report, attempt=attempt):
+            return await self.journal.fold(AgentContext, self.stream)
+        return context
+
+    def _over(self, tokens: int, model: str) -> bool:
+        return needs_compaction(
+            tokens, model, threshold=self.compaction_threshold, window=self.context_window
+        )
+
+    def _attempt(
+        self, context: AgentContextState, offset: int, size: int | None, model: str
+    ) -> int:
+        """The attempt a compaction of request @offset (``size`` input tokens) would be;
+        raises CompactionError, storing nothing, past :data:`MAX_COMPACTION_ATTEMPTS`."""
+        over = size is not None and self._over(size, model)
+        attempt = compaction_attempt(context, offset, over=over)
+        if attempt <= MAX_COMPACTION_ATTEMPTS:
+            return attempt
+        limit = threshold_tokens(
+            model, threshold=self.compaction_threshold, window=self.context_window
+        )
+        summary = latest_summary(context)
+        where = f"; the latest summary is @{summary.offset}" if summary is not None else ""
+        raise CompactionError(
+            f"request @{offset} of stream {self.stream!r} is {size:,} input tokens, still above "
+            f"threshold after {MAX_COMPACTION_ATTEMPTS} compaction attempts (threshold "
+            f"{self.compaction_threshold} of {model!r}'s context window: {limit:,.0f} "
+            f"tokens{where}); no further summary is requested. What compaction keeps is too "
+            "big (the system lane, the session prefix, tools, the newest items): shrink it, "
+            "or give the agent a larger cf.Agent(context_window=...) or compaction_threshold",
+            reason="still-over-threshold",
+        )
+
+    async def _compact(self, offset: int, report: RunReport, *, attempt: int = 1) -> bool:
         """Summarize the exact request @offset (plus the instruction) through the same model;
         the summary replaces history through @offset. False when it cannot or need not."""
         current = await self.journal.fold(AgentContext, self.stream)
         if offset <= current.compacted_through:
             return False  # already summarized (the summary comes after the request it replaces)
-        state = await rebuild_state(self.journal, self.stream, offset)
+        neutral = await self._summary_request(current, offset)
+        if neutral is None:
+            return False
+        rendered = render_request(neutral, self.model.transport)
+        await self._emit(CompactionStarted(offset=offset))
+        self._cancel.check()  # no summary call for a cancelled agent either
+        output = await self.model.complete(neutral, rendered)
+        summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
+        await self.journal.append(self.stream, summary, actor="agent")
+        report.compactions.append(offset)
+        await self._emit(CompactionFinished(offset=offset, summary=output.text))
+        return True
+
+    async def _summary_request(
+        self, current: AgentContextState, offset: int
+    ) -> NeutralRequest | None:
+        """Request @offset plus the instruction, or None when this model cannot send it.
+
+        From the live context when @offset is its latest request (what ``_send`` sends
+        from too: no refold of the journal), else from the journal folded through it."""
+        state: AgentContextState | None = current if current.request_offset == offset else None
+        neutral: NeutralRequest | None = None
+        if state is not None:
+            try:
+                neutral = build_summary_request(state, through=offset)
+            except RenderError:  # a compaction after @offset removed items it saw
+                state = None
+        if state is None:
+            state = await rebuild_state(self.journal, self.stream, offset)
         recorded_for = state.header.transport if state.header is not None else None
         if recorded_for != self.model.transport:
             # The exact request can only go through the model it was recorded for (and one
@@ -63,14 +167,22 @@ class CompactionSteps(AgentInstance):
                 recorded_for,
                 self.model.transport,
             )
-            return False
-        neutral = build_summary_request(state, through=offset)
-        rendered = render_request(neutral, self.model.transport)
-        await self._emit(CompactionStarted(offset=offset))
-        self._cancel.check()  # no summary call for a cancelled agent either
-        output = await self.model.complete(neutral, rendered)
-        summary = summary_item(output.text, cutoff=offset, usage=output.usage)
-        await self.journal.append(self.stream, summary, actor="agent")
-        report.compactions.append(offset)
-        await self._emit(CompactionFinished(offset=offset, summary=output.text))
-        return True
+            return None
+        return neutral if neutral is not None else build_summary_request(state, through=offset)
+
+
+def _estimate(request: NeutralRequest, transport: Transport) -> int:
+    """Input tokens of a request, estimated as its wire body's bytes / 4."""
+    return len(render_request(request, transport).body) // 4
+
+
+def _estimate_of(context: AgentContextState) -> int | None:
+    """The estimate of the context's latest request, as it was sent; None when the context
+    cannot give it any more."""
+    if context.request_offset is None or context.header is None:
+        return None
+    try:
+        request = build_request(context, through=context.request_offset)
+    except RenderError:
+        return None
+    return _estimate(request, context.header.transport)

@@ -1,8 +1,10 @@
 """The local deterministic model: an offline coding assistant for the demo and for tests.
 
 It reads the neutral request like a model would read the rendered one: the newest user
-question, the tool results since, and the instruction of a compaction request. Given the
-same request it always answers the same, and it reports usage as request bytes / 4.
+question, the tool results since, and the instruction of a compaction request, whose
+summary quotes each message as its actor's (read from the item header), so a webhook's or
+a chat's words are never recorded as the user's. Given the same request it always
+answers the same, and it reports usage as request bytes / 4.
 """
 
 from __future__ import annotations
@@ -61,35 +63,69 @@ _SUMMARY_START = "Summary of the conversation so far"
 _TURN_START = "<buzz-turn>"
 _EVENT_CONTENT = re.compile(r"^<event [^\n]*>\nContent: (.*?)\n</event>$", re.M | re.S)
 _ASKED = "- The user asked: "
+_SAID = re.compile(r'^- (?P<who>[a-z][a-z0-9_.-]*(?: "(?:[^"\\]|\\.)*")?) said: (?P<text>".*")$')
+_USER = "user"
+
+
+def _speaker(message: NeutralMessage) -> str | None:
+    """Who supplied a user-role message: ``user`` for a human (no actor, or a user actor),
+    the actor (type and quoted id) for anyone else, None for request-only text (no item
+    header: the session prefix)."""
+    header = parse_item_header(message.content.partition("\n")[0])
+    if header is None:
+        return None
+    if header.actor is None or header.actor == _USER:
+        return _USER
+    return header.actor + (f" {json.dumps(header.actor_id)}" if header.actor_id else "")
+
+
+def _entries(message: NeutralMessage) -> list[tuple[str | None, str]]:
+    """What a user-role message says, with who said it: its text, or the entries a
+    summary records (each with the speaker it names)."""
+    body = _body(message).strip()
+    if body.startswith(_TURN_START):  # a turn envelope: what its events say
+        return [(_speaker(message), html.unescape(t)) for t in _EVENT_CONTENT.findall(body)]
+    if not body.startswith(_SUMMARY_START):
+        return [(_speaker(message), body)] if body else []
+    entries: list[tuple[str | None, str]] = []
+    for line in body.splitlines():
+        said = _SAID.match(line)
+        if line.startswith(_ASKED):
+            who, quoted = _USER, line[len(_ASKED) :]
+        elif said is not None:
+            who, quoted = said.group("who"), said.group("text")
+        else:
+            continue
+        try:
+            value = json.loads(quoted)
+        except ValueError:
+            continue
+        if isinstance(value, str):
+            entries.append((who, value))
+    return entries
 
 
 def _asked(message: NeutralMessage) -> list[str]:
-    """What a user message asked: its text, or the questions a summary records."""
-    body = _body(message).strip()
-    if body.startswith(_TURN_START):  # a turn envelope: what its events say
-        return [html.unescape(text) for text in _EVENT_CONTENT.findall(body)]
-    if not body.startswith(_SUMMARY_START):
-        return [body] if body else []
-    asked: list[str] = []
-    for line in body.splitlines():
-        if line.startswith(_ASKED):
-            try:
-                value = json.loads(line[len(_ASKED) :])
-            except ValueError:
-                continue
-            if isinstance(value, str):
-                asked.append(value)
-    return asked
+    """What a user-role message asked or said, whoever said it."""
+    return [text for _, text in _entries(message)]
+
+
+def _summary_line(who: str, text: str) -> str:
+    quoted = json.dumps(text[:160])
+    return f"{_ASKED}{quoted}" if who == _USER else f"- {who} said: {quoted}"
 
 
 def _summary(request: NeutralRequest) -> str:
+    """The summary: the newest things said, each attributed to whoever said it (a webhook
+    or a chat message quoted as its actor's, never as the user's); request-only text (the
+    session prefix) is left out."""
     users = [
         m for m in request.messages if m.role == "user" and not m.content.startswith(TAIL_PREFIX)
     ]
-    asked = [question for m in users for question in _asked(m)]
+    said = [(who, text) for m in users for who, text in _entries(m) if who is not None]
     tools = sum(1 for m in request.messages if m.role == "tool")
     lines = [f"{_SUMMARY_START} ({tools} tool results)."]
-    lines += [f"{_ASKED}{json.dumps(q[:160])}" for q in asked][-6:]
+    lines += [_summary_line(who, text) for who, text in said][-6:]
     return "\n".join(lines)
 
 

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from ..context.compaction import needs_compaction
 from ..context.events import (
     ContextAdded,
     LlmRequestInterrupted,
@@ -73,16 +72,7 @@ class TurnSteps(CompactionSteps):
         self, context: AgentContextState, decision: Decision, report: RunReport
     ) -> None:
         header = await self._header(context)
-        previous = context.request_offset
-        if previous is not None and previous > context.compacted_through:
-            # The pressure gate: estimate the request about to go out, session prefix
-            # included (a new instance's prefix may have grown), before sending it.
-            estimate = (
-                len(render_request(build_request(context, header), header.transport).body) // 4
-            )
-            if needs_compaction(estimate, header.model, threshold=self.compaction_threshold):
-                await self._compact(previous, report)
-                context = await self.journal.fold(AgentContext, self.stream)
+        context = await self._relieve_pressure(context, header, report)  # the pressure gate
         # An unchanged header is logged once: later requests carry None and reuse it.
         logged = None if context.header == header else header
         appended = await self.journal.append(

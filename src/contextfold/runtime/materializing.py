@@ -1,0 +1,105 @@
+"""Materializing the agent's folds, so a restarted agent starts from stored state instead
+of refolding its whole journal.
+
+:func:`materialize_context` stores the agent context in chunks with its cursor
+(:mod:`contextfold.context.materialized`) and the scheduler's state as a checkpoint of
+itself (its state is small and bounded). The loop does it every
+:attr:`MaterializingSteps.materialize_every` stream positions; a new instance's first
+reads then load those and fold only the events after them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..context.materialized import ContextMaterialized, plan_materialization
+from ..context.projection import AgentContext
+from ..context.state import AGENT_WRITER, AgentContextState
+from ..errors import ContextfoldError
+from ..journal import Journal
+from .instance import AgentInstance
+from .scheduling import Scheduler
+
+__all__ = ["MATERIALIZE_EVERY", "Materialized", "MaterializingSteps", "materialize_context"]
+
+log = logging.getLogger("contextfold.runtime")
+
+MATERIALIZE_EVERY = 1000
+"""Stream positions between two materializations of a running agent."""
+
+
+@dataclass(frozen=True, slots=True)
+class Materialized:
+    """What one :func:`materialize_context` stored."""
+
+    position: int
+    """The manifest's stream position."""
+    written: int
+    """Chunks appended (the others were referenced from earlier materializations)."""
+    referenced: int
+    """Chunks of the manifest in all."""
+
+
+async def materialize_context(journal: Journal, stream: str) -> Materialized | None:
+    """Store the agent context of ``stream`` in chunks with its cursor, and the scheduler's
+    state as a checkpoint, as the agent (journal meta actor ``agent``). None when the newest
+    materialization is already up to date.
+
+    Raises PayloadError (nothing stored) when a chunk is over the journal's payload limit.
+    """
+    state, through = await journal.folds.read_with_cursor(AgentContext, journal.namespace, stream)
+    found = await journal.latest(stream, [ContextMaterialized])
+    previous: ContextMaterialized | None = None
+    previous_cursor: str | None = None
+    if found and found[0].meta.actor == AGENT_WRITER:
+        try:
+            decoded = ContextMaterialized.model_validate_json(found[0].data)
+        except ValueError:
+            decoded = None  # unusable: every chunk is written again
+        if decoded is not None and decoded.fold_version == AgentContext.version:
+            if decoded.through == through:
+                return None
+            previous, previous_cursor = decoded, found[0].cursor
+    chunks, manifest = plan_materialization(
+        state,
+        through,
+        fold_version=AgentContext.version,
+        previous=previous,
+        previous_cursor=previous_cursor,
+    )
+    appended = await journal.append(stream, [*chunks, manifest], actor=AGENT_WRITER, channels=())
+    await journal.checkpoint(Scheduler, stream, lambda current: current)
+    return Materialized(appended.last_position, len(chunks), len(manifest.chunks))
+
+
+def _position(context: AgentContextState) -> int:
+    """How far the context has seen the stream: its newest request or item."""
+    newest = [context.request_offset or 0, context.published_through]
+    newest += [lane[-1].offset for lane in (context.system, context.history) if lane]
+    return max(newest)
+
+
+class MaterializingSteps(AgentInstance):
+    """The agent's materialization step (a base of :class:`~contextfold.runtime.loop.Agent`)."""
+
+    materialize_every: int = MATERIALIZE_EVERY
+    """Stream positions between two materializations (set it on an agent to change it)."""
+    _materialized_at: int | None = None  # stream position of the newest one, once looked up
+
+    async def _materialize_if_due(self, context: AgentContextState) -> None:
+        """Materialize when the context has seen :attr:`materialize_every` positions since
+        the newest materialization. A failure is logged, never raised: it only costs the
+        next instance a longer first read."""
+        if self._materialized_at is None:
+            found = await self.journal.latest(self.stream, [ContextMaterialized])
+            self._materialized_at = found[0].position if found else 0
+        position = _position(context)
+        if position - self._materialized_at < self.materialize_every:
+            return
+        try:
+            done = await materialize_context(self.journal, self.stream)
+        except ContextfoldError as exc:
+            log.warning("agent on %r did not materialize its context: %s", self.stream, exc)
+            done = None
+        self._materialized_at = done.position if done is not None else position
