@@ -374,6 +374,37 @@ def rebuild(
 
 @app.command()
 @_reports_errors
+def ref(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="STREAM@OFFSET", help="The ref as item headers write it: stream@offset."
+        ),
+    ],
+    url: Url = DEFAULT_URL,
+) -> None:
+    """Print the whole text a ref names (a tool output or a context item), byte for byte.
+
+    The model saw it cut, with this ref; the text is written as UTF-8 as recorded, with no
+    newline added.
+    """
+    from .context.evidence import parse_ref, read_ref
+    from .inspection import require_stream
+
+    stream, offset = parse_ref(target)
+
+    async def run() -> str:
+        async with _open(url) as journal:
+            await require_stream(journal, stream, where=_shown(url))
+            return await read_ref(journal, stream, offset)
+
+    text = asyncio.run(run())
+    sys.stdout.buffer.write(text.encode())
+    sys.stdout.flush()
+
+
+@app.command()
+@_reports_errors
 def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Rebuild every recorded request of a stream and report any whose bytes drifted.
 
@@ -414,6 +445,78 @@ def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> N
         markup=False,
         highlight=False,
     )
+
+
+@app.command()
+@_reports_errors
+def stats(
+    stream: Stream,
+    url: Url = DEFAULT_URL,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="CONTEXTFOLD_PRICES",
+            help="A JSON price table: model -> {input, output, cached_input, cache_write} in "
+            "US dollars per million tokens (default: $CONTEXTFOLD_PRICES).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a stream's requests, tokens per lane, prompt-cache share, compactions and cost.
+
+    The cache share is measured twice: the bytes of each request that repeat the previous
+    request exactly (what a prompt cache can reuse), and the cached input tokens the
+    provider reported. Costs need a price table (``--prices``).
+    """
+    from .inspection import require_stream
+    from .timeline.build import build_timeline
+    from .timeline.prices import load_prices
+    from .timeline.stats import stats_json, stats_of
+
+    table = load_prices(prices) if prices is not None and str(prices) else None
+
+    async def run() -> Any:
+        async with _open(url) as journal:
+            await require_stream(journal, stream, where=_shown(url))
+            return await build_timeline(journal, stream)
+
+    done = stats_of(asyncio.run(run()), table)
+    if as_json:
+        _write(_dumps(stats_json(done)))
+        return
+
+    def share(value: float | None) -> str:
+        return "not reported" if value is None else f"{value:.1%}"
+
+    model = f"model {done.model}, window {done.context_window} tokens" if done.model else "no model"
+    _write(f"stream {done.stream}: {done.version} events, {model}")
+    _write(
+        f"requests {done.requests} ({done.answered} answered, {done.sends} sent), "
+        f"turns {done.turns}, tool calls {done.tool_calls} ({done.tool_errors} failed), "
+        f"compactions {done.compactions}"
+    )
+    _write(
+        f"tokens input {done.input_tokens} (cached {done.cached_input_tokens}, cache writes "
+        f"{done.cache_write_tokens}), output {done.output_tokens} (reasoning "
+        f"{done.reasoning_tokens})"
+    )
+    _write(
+        f"cache: {share(done.prefix_share)} of request bytes repeat the previous request "
+        f"exactly; the provider reported {share(done.cached_share)} of input tokens cached"
+    )
+    if done.cost is not None:
+        missing = ", ".join(done.unpriced_models)
+        unpriced = f" (no price for {missing})" if missing else ""
+        _write(f"cost ${done.cost:.4f}{unpriced}")
+    else:
+        _write("cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)")
+    verify = ", ".join(f"{count} {name}" for name, count in done.verify.items() if count)
+    _write(f"verify: {verify or 'no requests'}")
+    _write("lane\titems\ttokens\tof window")
+    for lane in done.lanes:
+        of = f"{lane.tokens / done.context_window:.1%}" if done.context_window else "-"
+        _write(f"{lane.lane}\t{lane.items}\t{lane.tokens}\t{of}")
 
 
 @contextmanager
@@ -495,6 +598,62 @@ def serve(
         extra_connections=extra_connections,
         header_timeout=header_timeout,
     )
+
+
+workers = typer.Typer(help="Serve every stream of a namespace that has pending triggers.")
+app.add_typer(workers, name="worker")
+Namespace = Annotated[str, typer.Option(help="The namespace (tenant) of the journal.")]
+
+
+@workers.callback(invoke_without_command=True)
+@_reports_errors
+def worker(
+    ctx: typer.Context,
+    url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
+    app_spec: Annotated[
+        str | None,
+        typer.Option("--app", help="module:factory, a function (journal, stream) -> cf.Agent."),
+    ] = None,
+    concurrency: Annotated[int, typer.Option(min=1, help="Streams served at once.")] = 4,
+    ttl: Annotated[float, typer.Option(min=0.1, help="Seconds a lease lasts unrenewed.")] = 30.0,
+) -> None:
+    """Claim each stream with pending triggers by lease and run its agent, until SIGTERM."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if app_spec is None:
+        _usage_error("--app", "is required: module:factory naming what builds a stream's agent")
+    from .runtime.worker_process import load_app, serve_worker
+
+    say = functools.partial(err_console.print, markup=False, highlight=False)
+    factory = load_app(app_spec)
+    run = serve_worker(url, factory, namespace=namespace, concurrency=concurrency, ttl=ttl, say=say)
+    say(f"worker stopped: {asyncio.run(run)}")
+
+
+@workers.command("status")
+@_reports_errors
+def worker_status(
+    url: Url = DEFAULT_URL, namespace: Namespace = "default", as_json: AsJson = False
+) -> None:
+    """Who holds which stream's lease: stream, holder, state (held, backoff, released,
+    expired) and expiry, one per line."""
+    from .runtime.lease import lease_table
+
+    async def run() -> tuple[Any, Any]:
+        async with _open(url) as opened:
+            journal = opened.with_namespace(namespace)
+            return await lease_table(journal), journal.clock()
+
+    leases, now = asyncio.run(run())
+    rows = [record.as_json(now) for record in leases]
+    if as_json:
+        _write(_dumps({"namespace": namespace, "leases": rows}))
+        return
+    for row in rows:
+        _write("\t".join(str(row[k]) for k in ("stream", "holder", "state", "expires_at")))
+    if not rows:
+        err_console.print(f"no leases in namespace {namespace!r}", markup=False, highlight=False)
 
 
 def main() -> None:

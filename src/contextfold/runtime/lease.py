@@ -123,6 +123,17 @@ class LeaseRecord:
             return "expired"
         return self.state
 
+    def as_json(self, now: datetime) -> dict[str, str | int]:
+        """The record as ``worker status`` shows it, its status at ``now``."""
+        return {
+            "stream": self.stream,
+            "holder": self.holder,
+            "state": self.status(now),
+            "expires_at": self.expires_at.isoformat(),
+            "failures": self.failures,
+            "position": self.position,
+        }
+
     def free_for(self, holder: str, now: datetime) -> bool:
         """Whether ``holder`` may claim the stream at ``now``: the lease was released or has
         lapsed, or ``holder`` holds it itself (resuming its own work; its backoff binds it)."""
