@@ -519,6 +519,78 @@ def stats(
         _write(f"{lane.lane}\t{lane.items}\t{lane.tokens}\t{of}")
 
 
+@app.command()
+@_reports_errors
+def stats(
+    stream: Stream,
+    url: Url = DEFAULT_URL,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="CONTEXTFOLD_PRICES",
+            help="A JSON price table: model -> {input, output, cached_input, cache_write} in "
+            "US dollars per million tokens (default: $CONTEXTFOLD_PRICES).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """Show a stream's requests, tokens per lane, prompt-cache share, compactions and cost.
+
+    The cache share is measured twice: the bytes of each request that repeat the previous
+    request exactly (what a prompt cache can reuse), and the cached input tokens the
+    provider reported. Costs need a price table (``--prices``).
+    """
+    from .inspection import require_stream
+    from .timeline.build import build_timeline
+    from .timeline.prices import load_prices
+    from .timeline.stats import stats_json, stats_of
+
+    table = load_prices(prices) if prices is not None and str(prices) else None
+
+    async def run() -> Any:
+        async with _open(url) as journal:
+            await require_stream(journal, stream, where=_shown(url))
+            return await build_timeline(journal, stream)
+
+    done = stats_of(asyncio.run(run()), table)
+    if as_json:
+        _write(_dumps(stats_json(done)))
+        return
+
+    def share(value: float | None) -> str:
+        return "not reported" if value is None else f"{value:.1%}"
+
+    model = f"model {done.model}, window {done.context_window} tokens" if done.model else "no model"
+    _write(f"stream {done.stream}: {done.version} events, {model}")
+    _write(
+        f"requests {done.requests} ({done.answered} answered, {done.sends} sent), "
+        f"turns {done.turns}, tool calls {done.tool_calls} ({done.tool_errors} failed), "
+        f"compactions {done.compactions}"
+    )
+    _write(
+        f"tokens input {done.input_tokens} (cached {done.cached_input_tokens}, cache writes "
+        f"{done.cache_write_tokens}), output {done.output_tokens} (reasoning "
+        f"{done.reasoning_tokens})"
+    )
+    _write(
+        f"cache: {share(done.prefix_share)} of request bytes repeat the previous request "
+        f"exactly; the provider reported {share(done.cached_share)} of input tokens cached"
+    )
+    if done.cost is not None:
+        missing = ", ".join(done.unpriced_models)
+        unpriced = f" (no price for {missing})" if missing else ""
+        _write(f"cost ${done.cost:.4f}{unpriced}")
+    else:
+        _write("cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)")
+    verify = ", ".join(f"{count} {name}" for name, count in done.verify.items() if count)
+    _write(f"verify: {verify or 'no requests'}")
+    _write("lane\titems\ttokens\tof window")
+    for lane in done.lanes:
+        of = f"{lane.tokens / done.context_window:.1%}" if done.context_window else "-"
+        _write(f"{lane.lane}\t{lane.items}\t{lane.tokens}\t{of}")
+
+
 @contextmanager
 def _progress() -> Iterator[Callable[[str, int, int], None] | None]:
     """A progress callback drawing a bar on stderr when it is a terminal, else None."""
