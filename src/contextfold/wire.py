@@ -38,7 +38,9 @@ from .canonical import canonical_json, check_json_value, dumps, loads, sha256_he
 from .errors import RenderError
 
 __all__ = [
+    "IMAGE_MEDIA_TYPES",
     "TRANSPORTS",
+    "ImagePart",
     "ItemRole",
     "ModelOutput",
     "NeutralMessage",
@@ -177,6 +179,39 @@ class Usage(_Stored):
         return max(self.input_tokens - cached, 0)
 
 
+IMAGE_MEDIA_TYPES: frozenset[str] = frozenset(
+    {"image/png", "image/jpeg", "image/gif", "image/webp"}
+)
+"""The image types every transport sends as an image part (what Anthropic accepts)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ImagePart:
+    """An image sent with a user message, after its text: inline base64 ``data`` or a ``url``
+    (exactly one). Raises RenderError for another media type or both/neither source."""
+
+    media_type: str
+    """One of :data:`IMAGE_MEDIA_TYPES`."""
+    data: str | None = None
+    """The image's bytes, base64 encoded."""
+    url: str | None = None
+    """An http(s) URL the provider fetches the image from."""
+
+    def __post_init__(self) -> None:
+        if self.media_type not in IMAGE_MEDIA_TYPES:
+            raise RenderError(
+                f"ImagePart.media_type {self.media_type!r} is not one of "
+                f"{sorted(IMAGE_MEDIA_TYPES)}"
+            )
+        if (self.data is None) == (self.url is None):
+            raise RenderError("an ImagePart has exactly one of data and url")
+
+    @property
+    def data_url(self) -> str:
+        """The image as one URL: ``url``, or a ``data:`` URL of the inline bytes."""
+        return self.url if self.url is not None else f"data:{self.media_type};base64,{self.data}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class NeutralMessage:
     """One message of a neutral request, in projection order."""
@@ -191,12 +226,18 @@ class NeutralMessage:
     """The call this message answers; required on ``tool`` messages, absent otherwise."""
     cache_breakpoint: bool = False
     """True on the last message of a stable prefix segment (e.g. the session prefix)."""
+    images: tuple[ImagePart, ...] = ()
+    """Images sent after the text, as the transport's image parts; only on ``user`` messages."""
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
             raise RenderError(f"NeutralMessage.role {self.role!r} is not one of {sorted(_ROLES)}")
         if not isinstance(self.tool_calls, tuple):
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.images, tuple):
+            object.__setattr__(self, "images", tuple(self.images))
+        if self.images and self.role != "user":
+            raise RenderError(f"a {self.role} message cannot carry images; only user")
         if self.tool_calls and self.role != "assistant":
             raise RenderError(f"a {self.role} message cannot carry tool_calls; only assistant")
         if self.role == "tool" and not self.tool_call_id:

@@ -121,9 +121,13 @@ class Ref(_Frozen):
 
 
 class FileAttachment(_Frozen):
-    """A file attached to an item; rendered by reference (``files=[uri, ...]``)."""
+    """A file attached to an item: named in its text (``[File attached: cat.png
+    (image/png)]``), listed by reference in its header (``files=[uri, ...]``) unless inline,
+    and sent as an image part when it is an image with data or a URL (``context.attachments``).
+    """
 
     uri: str = Field(min_length=1)
+    """Where the file is: any URI, a ``data:`` URI (inline base64 data) or an http(s) URL."""
     media_type: str | None = None
     name: str | None = None
 
@@ -231,6 +235,9 @@ class RequestHeader(_Frozen):
     """The registered, not built-in actor types this request trusts with instruction
     precedence (``trust.trusted_extensions()`` when it was made); sorted, no duplicates.
     Logged so a rebuild in any process renders the same roles."""
+    content_limit: int | None = Field(default=None, ge=1)
+    """The most characters of one item's content the request shows: a longer item is cut
+    (head and tail) with a marker naming its own offset, the whole record. None: no cut."""
 
     @field_validator("system_prompt")
     @classmethod
@@ -254,9 +261,11 @@ class RequestHeader(_Frozen):
 
     @model_serializer(mode="wrap")
     def _canonical_absence(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Empty optional tuples are canonical absence: no header field, no bytes, so a
-        # header without them is stored as before they existed.
+        # Empty optional tuples and no content limit are canonical absence: no header
+        # field, no bytes, so a header without them is stored as before they existed.
         data: dict[str, Any] = handler(self)
+        if data.get("content_limit", 0) is None:
+            data.pop("content_limit")
         for name in ("session_prefix", "trusted_actor_types"):
             if not data.get(name):
                 data.pop(name, None)

@@ -20,6 +20,12 @@ unescaped), and every item is its own message, so no content can forge another
 item's header. Request-only text (system prompt, session prefix) cannot start with a
 header, and the tail does not. :func:`parse_item_header` reads headers back.
 
+Content over the header's ``content_limit`` is cut (head and tail) around a marker naming
+the item's own offset, where the whole of it stays. Attached files follow the content, one
+``[File attached: name (type)]`` line each; on a ``user`` message, images with data or a
+URL also go out as image parts (``attachments``). Items without files or long content
+render as they always have.
+
 Wire roles come from ``trust.wire_role`` with the header's ``trusted_actor_types``:
 like everything else, trust is read from the journal, so a rebuild gives the same roles.
 
@@ -45,7 +51,9 @@ from pydantic import ValidationError
 from ..canonical import canonical_json
 from ..errors import RenderError
 from ..wire import NeutralMessage, NeutralRequest, RenderedRequest, Role, Transport, render_request
+from .attachments import attachment_line, file_references, image_part
 from .events import PrefixMessage, RequestHeader
+from .evidence import cut_text
 from .state import AgentContextState, ContextItem
 from .trust import may_call_tools, wire_role
 
@@ -134,7 +142,7 @@ class ItemHeader:
             actor_id=item.actor.id if item.actor is not None else None,
             tool_call=item.tool_call_id,
             refs=tuple(ref.render() for ref in item.refs),
-            files=tuple(file.uri for file in item.files),
+            files=file_references(item.files),
         )
 
     def render(self) -> str:
@@ -213,9 +221,26 @@ def item_headers(request: NeutralRequest) -> tuple[ItemHeader, ...]:
     return tuple(header for header in found if header is not None)
 
 
-def render_item(item: ContextItem) -> str:
-    """The message text of an item: its header line, a newline, then its content."""
-    return f"{item_header(item)}\n{item.content}"
+def render_item(item: ContextItem, *, content_limit: int | None = None) -> str:
+    """The message text of an item: its header line, a newline, then its content (cut to
+    ``content_limit`` characters, see ``evidence.cut_text``), then one line per attached
+    file (``[File attached: cat.png (image/png)]``)."""
+    content = item.content
+    if content_limit is not None:
+        content = cut_text(content, content_limit, what="content", where=f"@{item.offset}")
+    text = f"{item_header(item)}\n{content}"
+    if item.files:
+        lines = "\n".join(attachment_line(file) for file in item.files)
+        text = f"{text}\n{lines}" if content else f"{text}{lines}"
+    return text
+
+
+def _with_images(message: NeutralMessage, item: ContextItem) -> NeutralMessage:
+    """``message`` with the item's images, when it goes out as a user message."""
+    if message.role != "user" or not item.files:
+        return message
+    images = tuple(part for part in map(image_part, item.files) if part is not None)
+    return replace(message, images=images) if images else message
 
 
 def prefix_snapshot(messages: Iterable[NeutralMessage]) -> tuple[PrefixMessage, ...]:
@@ -244,12 +269,16 @@ class _Pairing:
     """Which tool calls are sent as calls, and which results answer them (prefix-stable:
     each decision depends only on earlier items)."""
 
-    def __init__(self) -> None:
+    def __init__(self, content_limit: int | None = None) -> None:
         self.calls: set[str] = set()
         self.answered: set[str] = set()
+        self.content_limit = content_limit
 
     def message(self, item: ContextItem, role: Role) -> NeutralMessage:
-        text = render_item(item)
+        return _with_images(self._message(item, role), item)
+
+    def _message(self, item: ContextItem, role: Role) -> NeutralMessage:
+        text = render_item(item, content_limit=self.content_limit)
         if role == "assistant":
             ids = [call.id for call in item.tool_calls]
             if (
@@ -331,8 +360,15 @@ def build_request(
     developer = header.has_developer_role
     trusted = header.trusted_actor_types  # from the journal, never the live registry
 
+    limit = header.content_limit
     lane = [
-        NeutralMessage(role=wire_role(i, developer, trusted), content=render_item(i))
+        _with_images(
+            NeutralMessage(
+                role=wire_role(i, developer, trusted),
+                content=render_item(i, content_limit=limit),
+            ),
+            i,
+        )
         for i in system
     ]
     # Untrusted system-lane items (user on the wire) go after the trusted prefix, ahead of
@@ -349,7 +385,7 @@ def build_request(
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
 
-    pairing = _Pairing()
+    pairing = _Pairing(limit)
     items = [*downgraded]
     items.extend(pairing.message(item, wire_role(item, developer, trusted)) for item in history)
     _with_breakpoint(items)

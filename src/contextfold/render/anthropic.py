@@ -13,6 +13,8 @@ Request role mapping (Anthropic has no developer role and only a top-level ``sys
 - ``assistant`` tool calls become ``tool_use`` blocks (``input`` is the parsed arguments
   object); ``tool`` messages become ``tool_result`` blocks in the user turn that directly
   follows, ahead of any text in that turn, as the API requires.
+- A user message's images become ``image`` blocks after its text (``base64`` or ``url``
+  source).
 - Consecutive turns of one wire role merge into one message with several blocks, so
   user and assistant strictly alternate. Empty text is not sent (the API refuses it).
 
@@ -43,7 +45,7 @@ from typing import Any
 
 from ..canonical import loads
 from ..errors import RenderError
-from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from ..wire import ImagePart, ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
 from .pairing import order_tool_results
 
 __all__ = [
@@ -158,8 +160,17 @@ def _blocks(message: NeutralMessage) -> list[_Block]:
         # Its own block: the content's block keeps its first line (an item header) first.
         return [_Block(_text(DEMOTED_MARKERS[message.role])), _Block(_text(message.content))]
     blocks = _text_blocks(message.content)
+    blocks.extend(_Block(_image(image)) for image in message.images)
     blocks.extend(_Block(_tool_use(call)) for call in message.tool_calls)
     return blocks
+
+
+def _image(image: ImagePart) -> dict[str, Any]:
+    if image.data is not None:
+        source = {"type": "base64", "media_type": image.media_type, "data": image.data}
+    else:
+        source = {"type": "url", "url": image.data_url}
+    return {"type": "image", "source": source}
 
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:

@@ -2,7 +2,8 @@
 
 Request: roles map one to one: the protocol system text is the first ``system`` message, later
 ``system`` and ``developer`` messages keep their native roles, ``tool`` messages carry
-``tool_call_id`` and directly follow the assistant message that made the calls. No
+``tool_call_id`` and directly follow the assistant message that made the calls; a user
+message with images sends its text and an ``image_url`` part per image. No
 ``cache_control`` or other unknown field is sent: OpenAI caches prefixes automatically.
 
 Answer: :func:`parse_response` reads a whole ``ChatCompletion``, :class:`StreamReader` a
@@ -73,7 +74,20 @@ def _message(message: NeutralMessage) -> dict[str, Any]:
             for call in message.tool_calls
         ]
         return item
+    if message.images:
+        return {"role": message.role, "content": _parts(message)}
     return {"role": message.role, "content": message.content}
+
+
+def _parts(message: NeutralMessage) -> list[dict[str, Any]]:
+    """A user message with images as content parts: its text, then each image."""
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"type": "text", "text": message.content})
+    parts.extend(
+        {"type": "image_url", "image_url": {"url": image.data_url}} for image in message.images
+    )
+    return parts
 
 
 def parse_usage(usage: Any) -> Usage:

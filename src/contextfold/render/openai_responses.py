@@ -3,7 +3,8 @@
 Request: the protocol system text is sent as ``instructions``; messages become ``input`` items
 with their native roles (``developer`` stays developer), assistant tool calls become
 ``function_call`` items and tool messages ``function_call_output`` items directly after
-them. Function tools always carry an explicit ``strict`` because the Responses API
+them; a user message with images sends ``input_text`` then an ``input_image`` per image
+(``detail: auto``). Function tools always carry an explicit ``strict`` because the Responses API
 defaults it to true, which would reject ordinary schemas. No ``cache_control`` or other
 unknown field is sent: OpenAI caches prefixes automatically.
 
@@ -63,7 +64,9 @@ def _items(message: NeutralMessage) -> Iterator[dict[str, Any]]:
             "output": message.content,
         }
         return
-    if message.content or not message.tool_calls:
+    if message.images:
+        yield {"type": "message", "role": message.role, "content": _parts(message)}
+    elif message.content or not message.tool_calls:
         yield {"type": "message", "role": message.role, "content": message.content}
     for call in message.tool_calls:
         yield {
@@ -72,6 +75,18 @@ def _items(message: NeutralMessage) -> Iterator[dict[str, Any]]:
             "name": call.name,
             "arguments": call.arguments,
         }
+
+
+def _parts(message: NeutralMessage) -> list[dict[str, Any]]:
+    """A user message with images as input parts: its text, then each image."""
+    parts: list[dict[str, Any]] = []
+    if message.content:
+        parts.append({"type": "input_text", "text": message.content})
+    parts.extend(
+        {"type": "input_image", "image_url": image.data_url, "detail": "auto"}
+        for image in message.images
+    )
+    return parts
 
 
 def parse_usage(usage: Any) -> Usage:

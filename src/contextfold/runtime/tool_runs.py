@@ -7,15 +7,29 @@ kill, a cancel) leaves a started call without a result; the agent that resumes t
 does not run it silently again. A tool that may run again (``Tool.idempotent``, or the
 agent's ``on_interrupted_tool="rerun"``) is run again, with ``ToolContext.resumed`` set;
 any other gets an error result telling the model that it may already have run.
+
+An output over the agent's ``content_limit`` reaches the model cut, with a ref to the whole
+output kept in the journal (``context.evidence``): in its ``ToolCallResult``, or in chunks
+before it when it is over the journal's payload limit. Such an output never fails the run
+nor gets the tool run again; one too large to store at all is an error result the model
+reads. Observers get the outcome as the model reads it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
-from ..context.events import ToolCallResult, ToolCallStarted, tool_result_item
+from ..context.events import ToolCallResult, ToolCallStarted
+from ..context.evidence import (
+    DEFAULT_CONTENT_LIMIT,
+    MAX_OUTPUT_BYTES,
+    StoredOutput,
+    output_limit,
+    tool_result_events,
+)
+from ..errors import ConflictError, WrongExpectedVersionError
 from ..journal import Journal
 from ..wire import ToolCall
 from .events import LoopEvent, ToolFinished, ToolStarted
@@ -60,9 +74,13 @@ async def run_calls(
     started: Collection[str],
     policy: InterruptedToolPolicy,
     emit: Callable[[LoopEvent], Awaitable[None]],
+    content_limit: int = DEFAULT_CONTENT_LIMIT,
+    max_output_bytes: int = MAX_OUTPUT_BYTES,
 ) -> ToolRuns:
     """Answer ``calls`` in order; ``started``: those the journal records as started without
-    a result. Store errors propagate (the call's record is then what the journal holds)."""
+    a result. An output over ``content_limit`` characters reaches the model cut, one over
+    ``max_output_bytes`` is refused (see the module). Store errors propagate (the call's
+    record is then what the journal holds)."""
     not_rerun: list[str] = []
     for call in calls:
         resumed = call.id in started
@@ -82,9 +100,47 @@ async def run_calls(
             content=outcome.output,
             is_error=outcome.is_error,
         )
-        await journal.append(stream, [result, tool_result_item(result)], actor=TOOL_WRITER)
-        await emit(ToolFinished(call=call, outcome=outcome))
+        stored = await _append_result(journal, stream, result, content_limit, max_output_bytes)
+        shown = replace(outcome, output=stored.visible, is_error=stored.is_error)
+        await emit(ToolFinished(call=call, outcome=shown))
     return ToolRuns(len(calls), tuple(not_rerun))
+
+
+# Appends by other writers between reading the version and appending make an attempt fail;
+# each failure means the stream moved on, so a few attempts suffice but for a flood.
+_APPEND_ATTEMPTS = 50
+
+
+async def _append_result(
+    journal: Journal, stream: str, result: ToolCallResult, limit: int, max_output_bytes: int
+) -> StoredOutput:
+    """Append ``result`` with its item; a cut one at a known position (its item's ref names
+    the result's offset), so with the stream's version as the expected one."""
+    options = {"limit": limit, "max_payload_bytes": journal.max_payload_bytes}
+    keep = output_limit(limit, journal.max_payload_bytes)
+    if len(result.content) + len("error: ") <= keep:  # surely within the limit: no ref
+        stored = tool_result_events(result, stream=stream, position=None, **options)
+        await journal.append(stream, stored.events, actor=TOOL_WRITER)
+        return stored
+    for _ in range(_APPEND_ATTEMPTS):
+        version = await journal.version(stream)
+        stored = tool_result_events(
+            result,
+            stream=stream,
+            position=version + 1,
+            max_output_bytes=max_output_bytes,
+            **options,
+        )
+        try:
+            await journal.append(stream, stored.events, expected_version=version, actor=TOOL_WRITER)
+        except WrongExpectedVersionError:
+            continue
+        return stored
+    raise ConflictError(
+        f"stream {stream!r} kept changing while the result of tool call "
+        f"{result.tool_call_id!r} was appended ({_APPEND_ATTEMPTS} attempts); run the agent "
+        "again: the call is answered as one that may already have run"
+    )
 
 
 def _recorder(journal: Journal, stream: str, call: ToolCall) -> Callable[[], Awaitable[None]]:

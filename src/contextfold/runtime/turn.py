@@ -66,6 +66,7 @@ class TurnSteps(CompactionSteps):
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             stream=self.stream_responses,
+            content_limit=self.content_limit,
         )
 
     async def _request(

@@ -10,6 +10,7 @@ subclasses of the tree, so a Python caller catching ``InvalidInputError`` catche
     ├── ForbiddenError               403  a namespace outside the server's allow-list
     ├── NotFoundError                404  unknown route, or a surface this server lacks
     ├── RebuildError                 404  the offset is no recorded request
+    ├── RefError                     404  the offset holds no tool output or context item
     ├── UnknownStreamError           404  a read of a stream without events
     ├── UnknownCursorError           404  ``after`` names no event of the stream
     ├── StoreError
@@ -39,6 +40,7 @@ from ..errors import (
     ContextfoldError,
     InvalidInputError,
     RebuildError,
+    RefError,
     StoreFileMovedError,
     StoreUnavailableError,
     UnknownCursorError,
@@ -115,6 +117,7 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (ForbiddenError, 403),
     (NotFoundError, 404),
     (RebuildError, 404),
+    (RefError, 404),
     (UnknownStreamError, 404),
     (UnknownCursorError, 404),  # before InvalidInputError, its base: a well-formed cursor
     (ConflictError, 409),

@@ -742,6 +742,27 @@ def openapi_schema(
             errors=(404,),
         )
     }
+    paths["/v1/streams/{stream}/refs/{offset}"] = {
+        "get": ops.api(
+            "The whole text the ref stream@offset names: a tool output (its chunks joined) "
+            "or a context item's content, where the model saw it cut.",
+            {
+                "200": {
+                    "description": "The text as UTF-8, byte for byte as it was recorded.",
+                    "content": {"text/plain; charset=utf-8": {"schema": {"type": "string"}}},
+                }
+            },
+            parameters=[
+                stream,
+                _path_param(
+                    "offset",
+                    "The position (@N) of a tool result or a context item.",
+                    {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+                ),
+            ],
+            errors=(404,),
+        )
+    }
     paths["/v1/streams/{stream}/verify"] = {
         "get": ops.api(
             "Rebuild every recorded request and report those whose bytes drifted.",

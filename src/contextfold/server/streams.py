@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import canonical
+from ..context.evidence import read_ref
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_request
 from ..errors import InvalidInputError, RebuildError
@@ -68,6 +69,7 @@ class StreamRoutes:
             Route(base + "/{stream:path}/events", self.append, methods=["POST"]),
             Route(base + "/{stream:path}/context", self.context, methods=["GET"]),
             Route(base + "/{stream:path}/requests/{offset:int}", self.request, methods=["GET"]),
+            Route(base + "/{stream:path}/refs/{offset:int}", self.ref, methods=["GET"]),
             Route(base + "/{stream:path}/verify", self.verify, methods=["GET"]),
             Route(base + "/{stream:path}/tail", self.tail, methods=["GET"]),
         ]
@@ -154,6 +156,13 @@ class StreamRoutes:
             media_type="application/json",
             headers={SHA256_HEADER: rendered.sha256, TRANSPORT_HEADER: rendered.transport},
         )
+
+    async def ref(self, request: Request) -> Response:
+        """``GET …/refs/{offset}``: the whole text the ref ``stream@offset`` names (a tool
+        output, its chunks joined, or a context item's content), as UTF-8, byte for byte."""
+        journal, stream, _ = await self._existing(request)
+        text = await read_ref(journal, stream, request.path_params["offset"])
+        return Response(text.encode(), media_type="text/plain; charset=utf-8")
 
     async def verify(self, request: Request) -> Response:
         """``GET …/verify``: how many recorded requests were checked, each whose rebuild
