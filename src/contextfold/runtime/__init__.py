@@ -27,16 +27,29 @@ from .events import (
     ToolStarted,
 )
 from .instance import RunReport, Status
+from .lease import (
+    LEASE_TTL,
+    LeaseRecord,
+    StreamLease,
+    StreamLeased,
+    claim_lease,
+    hold_lease,
+    lease_table,
+    read_lease,
+)
 from .local import LocalModel
 from .loop import Agent, system_prompt
 from .scheduling import AgentHalted, Decision, Scheduler, SchedulerState, TurnBudgets, decide
 from .tool_runs import NOT_RERUN, InterruptedToolPolicy
 from .tools import Tool, Toolbox, ToolContext, ToolOutcome, tool
+from .worker import AgentFactory, Worker, WorkerStats
 
 __all__ = [
+    "LEASE_TTL",
     "LOOP_EVENT_TYPES",
     "NOT_RERUN",
     "Agent",
+    "AgentFactory",
     "AgentHalted",
     "AgentObserver",
     "AnthropicModel",
@@ -47,6 +60,7 @@ __all__ = [
     "DispatchedTurn",
     "FunctionModel",
     "InterruptedToolPolicy",
+    "LeaseRecord",
     "LocalModel",
     "LoopCancelled",
     "LoopEvent",
@@ -65,6 +79,8 @@ __all__ = [
     "Scheduler",
     "SchedulerState",
     "Status",
+    "StreamLease",
+    "StreamLeased",
     "Tool",
     "ToolContext",
     "ToolFinished",
@@ -73,7 +89,13 @@ __all__ = [
     "Toolbox",
     "TurnBudgets",
     "TurnDispatcher",
+    "Worker",
+    "WorkerStats",
+    "claim_lease",
     "decide",
+    "hold_lease",
+    "lease_table",
+    "read_lease",
     "system_prompt",
     "tool",
 ]
