@@ -111,15 +111,16 @@ class _Chunk:
     values: tuple[Any, ...]
 
 
-def _pack(lane: Lane, values: Sequence[Any], encoded: Sequence[bytes]) -> list[_Chunk]:
+def _pack(
+    lane: Lane, values: Sequence[Any], encoded: Sequence[bytes], most: int, most_bytes: int
+) -> list[_Chunk]:
     """Greedy packing from the start: whether a chunk closes depends only on its own items,
     so an unchanged prefix packs into the same chunks (as a lane grows, only its last
     chunk changes)."""
-    most = CHUNK_OFFSETS if lane == "requests" else CHUNK_ITEMS
     bounds: list[tuple[int, int]] = []
     start, size = 0, 0
     for index, data in enumerate(encoded):
-        if index > start and (index - start >= most or size + len(data) > CHUNK_BYTES):
+        if index > start and (index - start >= most or size + len(data) > most_bytes):
             bounds.append((start, index))
             start, size = index, 0
         size += len(data)
@@ -133,14 +134,15 @@ def _pack(lane: Lane, values: Sequence[Any], encoded: Sequence[bytes]) -> list[_
     return chunks
 
 
-def _chunks(state: AgentContextState) -> list[_Chunk]:
+def _chunks(state: AgentContextState, items: int, most_bytes: int, offsets: int) -> list[_Chunk]:
     chunks: list[_Chunk] = []
     for lane in ("system", "history"):
-        items: tuple[ContextItem, ...] = getattr(state, lane)
-        encoded = [canonical_json(item.model_dump(mode="json")) for item in items]
-        chunks += _pack(lane, items, encoded)
-    offsets = state.request_offsets
-    chunks += _pack("requests", offsets, [str(offset).encode() for offset in offsets])
+        lane_items: tuple[ContextItem, ...] = getattr(state, lane)
+        encoded = [canonical_json(item.model_dump(mode="json")) for item in lane_items]
+        chunks += _pack(lane, lane_items, encoded, items, most_bytes)
+    requests = state.request_offsets
+    encoded_offsets = [str(offset).encode() for offset in requests]
+    chunks += _pack("requests", requests, encoded_offsets, offsets, most_bytes)
     return chunks
 
 
@@ -155,15 +157,19 @@ def plan_materialization(
     fold_version: int,
     previous: ContextMaterialized | None = None,
     previous_cursor: str | None = None,
+    chunk_items: int = CHUNK_ITEMS,
+    chunk_bytes: int = CHUNK_BYTES,
+    chunk_offsets: int = CHUNK_OFFSETS,
 ) -> tuple[tuple[ContextChunk, ...], ContextMaterialized]:
     """The chunk events to append and the manifest to append after them (one append, in
     this order), for ``state`` folded through ``through``. Pure.
 
     Chunks equal to ones ``previous`` (the newest manifest, stored at ``previous_cursor``)
     references are referenced again instead of written, unless that would reference
-    more than :data:`MAX_BATCHES` appends.
+    more than :data:`MAX_BATCHES` appends. ``chunk_*`` bound each chunk (items of a lane,
+    bytes of their JSON, request offsets).
     """
-    planned = _chunks(state)
+    planned = _chunks(state, chunk_items, chunk_bytes, chunk_offsets)
     known: dict[tuple[str, int, str], ChunkRef] = {}
     if previous is not None and previous_cursor is not None:
         for ref in previous.chunks:
