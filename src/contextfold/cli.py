@@ -341,11 +341,19 @@ def rebuild(
     offset: Annotated[int, typer.Argument(help="Offset (@N) of the request event.")],
     url: Url = DEFAULT_URL,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the body with its transport and SHA-256.")
+        bool,
+        typer.Option("--json", help="Print the body with its transport, SHA-256 and manifest."),
+    ] = False,
+    manifest: Annotated[
+        bool,
+        typer.Option(
+            "--manifest",
+            help="Print the request's manifest instead (null outside an event-driven turn).",
+        ),
     ] = False,
 ) -> None:
     """Print the exact body of a recorded model request, rebuilt from the journal."""
-    from .context.rebuild import rebuild_request
+    from .context.rebuild import rebuild_manifest, rebuild_request
     from .errors import RebuildError
     from .inspection import require_stream
 
@@ -357,16 +365,28 @@ def rebuild(
                     f"stream {stream!r} has positions 1 to {version}: @{offset} is none of "
                     "them; pass the offset of a request event"
                 )
-            return await rebuild_request(journal, stream, offset)
+            rendered = await rebuild_request(journal, stream, offset)
+            return rendered, await rebuild_manifest(journal, stream, offset)
 
-    rendered = asyncio.run(run())
-    if as_json:
+    rendered, recomputed = asyncio.run(run())
+    shown = recomputed.model_dump(mode="json") if recomputed is not None else None
+    if manifest:
+        _write(_dumps(shown))
+    elif as_json:
         import orjson
 
         body = orjson.loads(rendered.body)
         shape = {"stream": stream, "offset": offset, "transport": rendered.transport}
         _write(
-            _dumps({**shape, "sha256": rendered.sha256, "size": len(rendered.body), "body": body})
+            _dumps(
+                {
+                    **shape,
+                    "sha256": rendered.sha256,
+                    "size": len(rendered.body),
+                    "manifest": shown,
+                    "body": body,
+                }
+            )
         )
     else:
         _write(rendered.body.decode())

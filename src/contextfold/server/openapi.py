@@ -16,13 +16,14 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from ..context.events import RequestHeader
+from ..context.manifest import Manifest
 from ..context.state import ContextItem
 from ..events import TYPE_NAME
 from ..journal.encode import MAX_NAME_LENGTH
 from ..transcript.parts import PART_TYPES, Message
 from ..transcript.store.base import MAX_PAGE_SIZE
 from .body import MAX_META_CHARS, NAMESPACE_HEADER
-from .streams import MAX_PAGE, SHA256_HEADER, TRANSPORT_HEADER
+from .streams import MANIFEST_HEADER, MAX_PAGE, SHA256_HEADER, TRANSPORT_HEADER
 
 __all__ = ["OPENAPI_PATH", "openapi_schema"]
 
@@ -313,7 +314,7 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
 
 def _model_schemas() -> dict[str, Any]:
     """The JSON schemas of the library's models the API returns, refs into components."""
-    models: list[type[BaseModel]] = [ContextItem, RequestHeader, Message, *PART_TYPES]
+    models: list[type[BaseModel]] = [ContextItem, RequestHeader, Manifest, Message, *PART_TYPES]
     top, defs = models_json_schema(
         [(model, "serialization") for model in models], ref_template=_REF
     )
@@ -716,13 +717,20 @@ def openapi_schema(
     }
     paths["/v1/streams/{stream}/requests/{offset}"] = {
         "get": ops.api(
-            "The exact body of the request recorded at offset, rebuilt from the journal.",
+            "The exact body of the request recorded at offset, rebuilt from the journal; "
+            "view=manifest gives its manifest instead (Buzz's: schemaVersion, hash, layers), "
+            "recomputed from the turn records, null for a request outside an event-driven turn.",
             {
                 "200": {
-                    "description": "The body, byte for byte as it was sent.",
+                    "description": "The body, byte for byte as it was sent (view=body), or "
+                    "{stream, offset, manifest} (view=manifest).",
                     "headers": {
                         SHA256_HEADER: {"schema": {"type": "string"}, "required": True},
                         TRANSPORT_HEADER: {"schema": {"type": "string"}, "required": True},
+                        MANIFEST_HEADER: {
+                            "schema": {"type": "string"},
+                            "description": "The request's manifest hash, when it has one.",
+                        },
                     },
                     "content": {_JSON: {"schema": {"type": "object"}}},
                 }
@@ -738,8 +746,13 @@ def openapi_schema(
                         "maximum": 2**63 - 1,
                     },
                 ),
+                _query(
+                    "view",
+                    "body: the request body; manifest: its manifest.",
+                    {"type": "string", "enum": ["body", "manifest"], "default": "body"},
+                ),
             ],
-            errors=(404,),
+            errors=(400, 404),
         )
     }
     paths["/v1/streams/{stream}/refs/{offset}"] = {

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from .. import canonical
 from ..context.evidence import read_ref
 from ..context.projection import AgentContext
-from ..context.rebuild import rebuild_request
+from ..context.rebuild import rebuild_manifest, rebuild_request
 from ..errors import InvalidInputError, RebuildError
 from ..inspection import require_cursor, require_stream, verification_json, verify_stream
 from ..journal import Journal
@@ -32,11 +32,13 @@ from .encode import (
 from .sse import EventStreamResponse, SSEMessage, StreamSlots, aclose_iterator
 from .writers import ANONYMOUS, Writer, writer_of
 
-__all__ = ["MAX_PAGE", "SHA256_HEADER", "TRANSPORT_HEADER", "StreamRoutes"]
+__all__ = ["MANIFEST_HEADER", "MAX_PAGE", "SHA256_HEADER", "TRANSPORT_HEADER", "StreamRoutes"]
 
 MAX_PAGE = 1000
 SHA256_HEADER = "X-Contextfold-Sha256"
 TRANSPORT_HEADER = "X-Contextfold-Transport"
+MANIFEST_HEADER = "X-Contextfold-Manifest-Hash"
+_REQUEST_VIEWS = ("body", "manifest")
 
 
 class StreamRoutes:
@@ -142,20 +144,29 @@ class StreamRoutes:
         return JSONResponse(context_json(stream, version, state))
 
     async def request(self, request: Request) -> Response:
-        """``GET …/requests/{offset}``: the exact body of request @offset, rebuilt."""
+        """``GET …/requests/{offset}``: the exact body of request @offset, rebuilt (its
+        manifest's hash in a header); ``?view=manifest``: the manifest, null outside a turn."""
         journal, stream, version = await self._existing(request)
         offset: int = request.path_params["offset"]
+        view = request.query_params.get("view", "body")
+        if view not in _REQUEST_VIEWS:
+            raise InvalidInputError(
+                f"unknown request view {view!r}: use one of {', '.join(_REQUEST_VIEWS)}"
+            )
         if not 1 <= offset <= version:
             raise RebuildError(
                 f"stream {stream!r} has positions 1 to {version}: @{offset} is none of them; "
                 "pass the offset of a request event"
             )
         rendered = await rebuild_request(journal, stream, offset)
-        return Response(
-            rendered.body,
-            media_type="application/json",
-            headers={SHA256_HEADER: rendered.sha256, TRANSPORT_HEADER: rendered.transport},
-        )
+        manifest = await rebuild_manifest(journal, stream, offset)
+        if view == "manifest":
+            shown = manifest.model_dump(mode="json") if manifest is not None else None
+            return JSONResponse({"stream": stream, "offset": offset, "manifest": shown})
+        headers = {SHA256_HEADER: rendered.sha256, TRANSPORT_HEADER: rendered.transport}
+        if manifest is not None:
+            headers[MANIFEST_HEADER] = manifest.hash
+        return Response(rendered.body, media_type="application/json", headers=headers)
 
     async def ref(self, request: Request) -> Response:
         """``GET …/refs/{offset}``: the whole text the ref ``stream@offset`` names (a tool
