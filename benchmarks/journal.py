@@ -49,7 +49,7 @@ import contextfold as cf
 REPO = Path(__file__).resolve().parent.parent
 NAMESPACE = "bench"
 EVENT_TYPE = "bench.message"
-TARGETS = {"single_append": 2.0, "batch_append": 1.5, "full_read": 1.5}
+TARGETS = {"single_append": 1.5, "batch_append": 1.5, "full_read": 1.5}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,13 @@ then checkpointed into the database file the connection holds and emptied: a ren
 file keeps all that was acknowledged without its WAL, and the WAL left under the old
 name cannot be replayed into a file put in its place (SQLite itself skips the
 checkpoint when it closes a moved database).
+
+Writes (:meth:`SQLiteThread.write`) skip the thread hop when they cannot wait: with the
+connection idle, nothing queued, the write lock free at once and a commit that does not
+sync (``synchronous`` OFF or NORMAL), the write runs on the caller's thread; everything
+that can wait (another process's lock, a syncing commit, the WAL checkpoint) goes to the
+worker. There, every write queued meanwhile commits in one transaction (group commit),
+each in its own savepoint so one refused write leaves the others.
 """
 
 from __future__ import annotations
@@ -21,10 +28,12 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigurationError, StoreError, StoreFileMovedError, StoreUnavailableError
 
@@ -34,6 +43,18 @@ T = TypeVar("T")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
+_CHECKPOINT_EVERY = 256  # commits on the caller's thread between checkpoints on the worker
+_AUTOCHECKPOINT = 1000  # SQLite's default, in pages
+
+
+@dataclass
+class _Write(Generic[T]):
+    """A write waiting for the worker, and where its outcome goes."""
+
+    fn: Callable[[sqlite3.Connection], T]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[T]
+    outcome: list[Any] = field(default_factory=list)  # [result] or [None, exception]
 
 
 class SQLiteThread:
@@ -75,6 +96,12 @@ class SQLiteThread:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
         self._files: tuple[tuple[str, tuple[int, int]], ...] = ()
+        # Held by whoever uses the connection: the worker for each job, or a write run on
+        # the caller's thread (which never waits for it).
+        self._busy = threading.Lock()
+        self._queue = threading.Lock()
+        self._pending: list[_Write[Any]] = []
+        self._inline_commits = 0
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -92,21 +119,131 @@ class SQLiteThread:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._thread_name)
 
         def call() -> T:
-            conn = self._conn if self._conn is not None else self._connect()
-            try:
-                return fn(conn)
-            except StoreFileMovedError:
-                _rollback(conn)
-                _settle(conn)
-                raise
-            except sqlite3.Error as exc:
-                _rollback(conn)
-                raise StoreError(f"SQLite error on {self._what} at {self.url}: {exc}") from exc
-            except BaseException:
-                _rollback(conn)
-                raise
+            with self._busy:
+                conn = self._conn if self._conn is not None else self._connect()
+                return self._guarded(conn, fn)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def _guarded(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        try:
+            return fn(conn)
+        except StoreFileMovedError:
+            _rollback(conn)
+            _settle(conn)
+            raise
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            raise StoreError(f"SQLite error on {self._what} at {self.url}: {exc}") from exc
+        except BaseException:
+            _rollback(conn)
+            raise
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` inside a write transaction, committed after the moved-file check.
+
+        ``fn`` neither begins nor ends the transaction; an exception it raises undoes what
+        it wrote and nothing else. Writes queued together share one commit; a failed commit
+        or moved file fails each of them (nothing is acknowledged). Raises as :meth:`run`.
+        """
+        if self._closed:
+            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
+        done, result = self._write_here(fn)
+        if done:
+            return result  # type: ignore[return-value]
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        job = _Write(fn, loop, future)
+        with self._queue:
+            self._pending.append(job)
+            first = len(self._pending) == 1
+        if first:
+            # The flush resolves every job it takes; when it cannot run at all (closed, the
+            # database cannot be opened) the jobs still queued get its error.
+            asyncio.ensure_future(self.run(self._flush)).add_done_callback(self._unflushed)
+        return await future
+
+    def _unflushed(self, flushed: asyncio.Future[None]) -> None:
+        if flushed.cancelled() or flushed.exception() is None:
+            return
+        with self._queue:
+            jobs, self._pending = self._pending, []
+        for job in jobs:
+            job.loop.call_soon_threadsafe(_resolve, job.future, [None, flushed.exception()])
+
+    def _write_here(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+        """Run ``fn`` on this thread when that cannot wait on anything; (False, None) when
+        it must go to the worker instead."""
+        conn = self._conn
+        if conn is None or self._read_only or self._synchronous not in ("OFF", "NORMAL"):
+            return False, None
+        if not self._busy.acquire(blocking=False):
+            return False, None
+        try:
+            if self._pending:
+                return False, None  # queued writes keep their order
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return False, None  # another writer holds the lock: wait on the worker
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+
+            def one(conn: sqlite3.Connection) -> T:
+                value = fn(conn)
+                self.check_files()  # the last moment before the write is acknowledged
+                # The checkpoint syncs the database file: it waits for the worker.
+                conn.execute("PRAGMA wal_autocheckpoint = 0")
+                try:
+                    conn.execute("COMMIT")
+                finally:
+                    conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
+                return value
+
+            value = self._guarded(conn, one)
+        finally:
+            self._busy.release()
+        self._inline_commits += 1
+        if self._inline_commits % _CHECKPOINT_EVERY == 0 and self._executor is not None:
+            self._executor.submit(self._checkpoint)
+        return True, value
+
+    def _flush(self, conn: sqlite3.Connection) -> None:
+        """On the worker: commit every queued write in one transaction, then resolve each."""
+        with self._queue:
+            jobs, self._pending = self._pending, []
+        jobs = [job for job in jobs if not job.future.cancelled()]
+        try:
+            if jobs:
+                self._guarded(conn, lambda conn: self._commit_together(conn, jobs))
+        except BaseException as exc:
+            for job in jobs:
+                job.outcome[:] = [None, exc]
+        for job in jobs:
+            job.loop.call_soon_threadsafe(_resolve, job.future, job.outcome)
+
+    def _commit_together(self, conn: sqlite3.Connection, jobs: list[_Write[Any]]) -> None:
+        conn.execute("BEGIN IMMEDIATE")
+        for job in jobs:
+            conn.execute("SAVEPOINT cf_write")
+            try:
+                job.outcome[:] = [job.fn(conn)]
+            except Exception as exc:
+                conn.execute("ROLLBACK TO cf_write")
+                failure: BaseException = exc
+                if isinstance(exc, sqlite3.Error):
+                    failure = StoreError(f"SQLite error on {self._what} at {self.url}: {exc}")
+                    failure.__cause__ = exc
+                job.outcome[:] = [None, failure]
+            conn.execute("RELEASE cf_write")
+        self.check_files()  # the last moment before the writes are acknowledged
+        conn.execute("COMMIT")
+
+    def _checkpoint(self) -> None:
+        with self._busy:
+            if self._conn is not None:
+                _settle(self._conn, "PASSIVE")
 
     async def open(self) -> None:
         """Connect now rather than on the first statement."""
@@ -230,6 +367,10 @@ class SQLiteThread:
         )
 
     def _disconnect(self) -> None:
+        with self._busy:
+            self._disconnect_now()
+
+    def _disconnect_now(self) -> None:
         if self._conn is not None:
             if self._moved() is not None:
                 _settle(self._conn)
@@ -242,8 +383,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
         conn.execute("ROLLBACK")
 
 
-def _settle(conn: sqlite3.Connection) -> None:
+def _settle(conn: sqlite3.Connection, mode: str = "TRUNCATE") -> None:
     """Checkpoint the WAL into the (moved) database file the connection holds and empty it;
     best effort: a failure leaves the files as SQLite had them."""
     with contextlib.suppress(sqlite3.Error):
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
+
+
+def _resolve(future: asyncio.Future[Any], outcome: list[Any]) -> None:
+    if future.cancelled():
+        return
+    if len(outcome) == 2:
+        future.set_exception(outcome[1])
+    else:
+        future.set_result(outcome[0])

@@ -1,11 +1,13 @@
 """The SQLite store: the embedded default. One file, WAL mode, zero set-up.
 
-All statements run on one dedicated thread holding one connection, so the event loop
-never blocks on disk; the first statement connects, and a failed connect is retried by
-the next call. Appends take ``BEGIN IMMEDIATE``: writers from other processes
-queue on SQLite's lock (``busy_timeout``) instead of failing, and positions are computed
-inside the write transaction, so concurrent processes never produce a gap or duplicate.
-An append that returned is committed in the WAL and survives ``kill -9`` of the process.
+Statements run on one dedicated thread holding one connection, so the event loop never
+waits on a lock or a sync; the first statement connects, and a failed connect is retried
+by the next call. An append that cannot wait on anything skips the thread hop, and
+appends queued together share one commit (``_sqlite_thread``). Appends take
+``BEGIN IMMEDIATE``: writers from other processes queue on SQLite's lock
+(``busy_timeout``) instead of failing, and positions are computed inside the write
+transaction, so concurrent processes never produce a gap or duplicate. An append that
+returned is committed in the WAL and survives ``kill -9`` of the process.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ class SQLiteStore(Store):
         digest = batch_digest(events) if idempotency_key is not None else ""
 
         def work(conn: sqlite3.Connection) -> AppendResult:
-            conn.execute("BEGIN IMMEDIATE")
+            # Inside the write transaction of SQLiteThread.write, which commits it.
             if idempotency_key is not None:
                 row = conn.execute(
                     "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
@@ -129,7 +131,6 @@ class SQLiteStore(Store):
                     (namespace, stream, idempotency_key),
                 ).fetchone()
                 if row is not None:
-                    conn.execute("ROLLBACK")
                     if row[0] != digest:
                         raise idempotency_conflict(stream, idempotency_key)
                     return AppendResult(stream, row[1], row[2], str(row[3]), deduplicated=True)
@@ -139,7 +140,6 @@ class SQLiteStore(Store):
             ).fetchone()
             version = row[0] if row else 0
             if expected_version is not None and expected_version != version:
-                conn.execute("ROLLBACK")
                 raise wrong_version(stream, expected_version, version)
             conn.executemany(
                 "INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time,"
@@ -174,11 +174,9 @@ class SQLiteStore(Store):
                     "INSERT INTO cf_idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (namespace, stream, idempotency_key, digest, version + 1, last, last_global),
                 )
-            self._db.check_files()  # the last moment before the append is acknowledged
-            conn.execute("COMMIT")
             return AppendResult(stream, version + 1, last, str(last_global))
 
-        result = await self._db.run(work)
+        result = await self._db.write(work)
         self.wakeups.notify(namespace, stream)
         return result
 

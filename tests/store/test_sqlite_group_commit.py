@@ -1,0 +1,131 @@
+"""The SQLite append path: appends queued while the worker is busy share one commit, each
+refused on its own; an append that would wait on another writer's lock waits on the
+worker, never on the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import contextfold as cf
+from contextfold.errors import StoreError, WrongExpectedVersionError
+from contextfold.journal import Journal
+from contextfold.store.sqlite import SQLiteStore
+
+
+def raw(i: int) -> cf.RawEvent:
+    return cf.RawEvent("note", {"i": i})
+
+
+async def until(condition: object) -> None:
+    """Yield to the loop until ``condition()`` holds (no timing: each turn lets the worker
+    and the loop's callbacks run)."""
+    assert callable(condition)
+    for _ in range(20_000):
+        if condition():
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("condition never held")
+
+
+async def test_appends_queued_together_share_one_commit_and_fail_alone(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "journal.db")
+    journal = Journal(store)
+    try:
+        await journal.append("a", raw(0))
+        conn = store._db.connection
+        assert conn is not None
+        commits: list[str] = []
+        conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+        release = threading.Event()
+        blocker = asyncio.ensure_future(store._db.run(lambda conn: release.wait(30)))
+        await until(lambda: _waiting(store))  # the worker is busy: appends queue behind it
+        appends = [
+            asyncio.ensure_future(journal.append("a", raw(1))),
+            asyncio.ensure_future(journal.append("b", raw(2))),
+            asyncio.ensure_future(journal.append("a", raw(3), expected_version=0)),  # stale
+            asyncio.ensure_future(journal.append("a", raw(4), expected_version=2)),
+            asyncio.ensure_future(journal.append("b", [raw(5), raw(6)])),
+        ]
+        await until(lambda: len(store._db._pending) == len(appends))
+        release.set()
+        await blocker
+        results = await asyncio.gather(*appends, return_exceptions=True)
+        conn.set_trace_callback(None)
+        assert commits == ["COMMIT"]
+        assert isinstance(results[2], WrongExpectedVersionError)
+        done = [r for r in results if isinstance(r, cf.AppendResult)]
+        assert [(r.stream, r.first_position, r.last_position) for r in done] == [
+            ("a", 2, 2),
+            ("b", 1, 1),
+            ("a", 3, 3),
+            ("b", 2, 3),
+        ]
+        page = await journal.read("a")
+        assert [e.data for e in page.events] == [b'{"i":0}', b'{"i":1}', b'{"i":4}']
+    finally:
+        await journal.close()
+
+
+async def test_an_append_behind_another_writers_lock_leaves_the_loop_running(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.db"
+    store = SQLiteStore(path, busy_timeout=5.0)
+    journal = Journal(store)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        await journal.append("s", raw(0))
+        other.execute("BEGIN IMMEDIATE")  # another process's write lock
+        pending = asyncio.ensure_future(journal.append("s", raw(1)))
+        # The loop runs on: the append waits on the worker, and this coroutine (on the same
+        # loop) is the one that releases the lock.
+        await until(lambda: not store._db._pending and not pending.done() and _waiting(store))
+        other.execute("COMMIT")
+        result = await pending
+        assert result.last_position == 2
+    finally:
+        other.close()
+        await journal.close()
+
+
+def _waiting(store: SQLiteStore) -> bool:
+    """The worker holds the connection (it is waiting for the lock)."""
+    busy = store._db._busy
+    if busy.acquire(blocking=False):
+        busy.release()
+        return False
+    return True
+
+
+async def test_a_failed_commit_fails_every_append_it_held(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    store = SQLiteStore(path, busy_timeout=0.0)
+    journal = Journal(store)
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        await journal.append("s", raw(0))
+        other.execute("BEGIN IMMEDIATE")
+        results = await asyncio.gather(
+            journal.append("s", raw(1)), journal.append("t", raw(2)), return_exceptions=True
+        )
+        other.execute("ROLLBACK")
+        assert all(isinstance(r, StoreError) for r in results), results
+        assert await journal.version("s") == 1 and await journal.version("t") == 0
+        assert (await journal.append("s", raw(3))).last_position == 2
+    finally:
+        other.close()
+        await journal.close()
+
+
+async def test_a_closed_store_refuses_appends(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "journal.db")
+    journal = Journal(store)
+    await journal.append("s", raw(0))
+    await journal.close()
+    with pytest.raises(cf.StoreUnavailableError, match="closed"):
+        await store.append("default", "s", (), expected_version=None, idempotency_key=None)
