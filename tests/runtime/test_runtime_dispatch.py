@@ -11,7 +11,14 @@ from runtime_helpers import STREAM, Observer, events_of, text_of
 from contextfold.context.events import ContextAdded, LlmResponse
 from contextfold.context.manifest import Manifest, manifest_of
 from contextfold.context.rebuild import RequestRecorded, rebuild_manifest, verify_requests
-from contextfold.context.turns import SteerAccepted, TurnCompiled, Turns, item_sha256
+from contextfold.context.turns import (
+    SteerAccepted,
+    TurnCompiled,
+    TurnState,
+    item_sha256,
+    turn_state,
+    turns_through,
+)
 from contextfold.errors import (
     BackpressureError,
     ConfigurationError,
@@ -28,6 +35,7 @@ from contextfold.render.envelope import (
     TurnEvent,
     compile_turn,
 )
+from contextfold.runtime import dispatch as dispatch_module
 from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.dispatch import Receipt, TurnDispatcher, TurnEventQueued
 from contextfold.runtime.loop import Agent, system_prompt
@@ -276,18 +284,18 @@ async def test_a_turn_that_settles_before_the_steer_lands_starts_a_new_turn(
     await dispatcher.receive(_event("e-1"))
     turn = await dispatcher.dispatch()
     assert turn is not None
-    original = journal.fold
+    original = turn_state
     settled: list[int] = []
 
-    async def fold(fold: Any, stream: str, **options: Any) -> Any:
-        state = await original(fold, stream, **options)
-        if fold is Turns and state.open and not settled:
+    async def looked(journal: Journal, stream: str) -> TurnState:
+        state = await original(journal, stream)
+        if state.open and state.turn_at is not None and not settled:
             # The agent's final answer lands after the dispatcher saw the turn open.
             answer = LlmResponse(request_offset=state.turn_at + 2, model="m", text="done")
             settled.append((await journal.append(stream, answer, actor="agent")).first_position)
         return state
 
-    monkeypatch.setattr(journal, "fold", fold)
+    monkeypatch.setattr(dispatch_module, "turn_state", looked)
     receipt = await dispatcher.receive(_event("s-1"))
     assert receipt.status == "started-new-turn"
     assert await events_of(journal, STREAM, SteerAccepted) == []
@@ -416,3 +424,29 @@ def test_the_dispatch_records_are_runtime_only() -> None:
 def test_limits_are_checked(journal: Journal, options: dict[str, Any]) -> None:
     with pytest.raises(ConfigurationError, match="TurnDispatcher max_"):
         TurnDispatcher(journal, STREAM, **options)
+
+
+async def test_the_turn_state_reads_from_the_newest_turn_and_equals_the_whole_fold(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert await turn_state(journal, STREAM) == TurnState()  # no turn: one look-up
+    agent = await _agent(journal, _done)
+    dispatcher = TurnDispatcher(journal, STREAM)
+    for n, root in enumerate(("t-1", "t-2", "t-3")):
+        await dispatcher.receive(_event(f"e-{n}", root=root))
+    await dispatcher.run(agent)
+    for position in range(1, await journal.version(STREAM) + 1):
+        assert await turn_state(journal, STREAM, position) == await turns_through(
+            journal, STREAM, position
+        )
+    reads: list[str | None] = []
+    original = journal.read_all
+
+    def read_all(stream: str, **options: Any) -> Any:
+        reads.append(options.get("after"))
+        return original(stream, **options)
+
+    monkeypatch.setattr(journal, "read_all", read_all)
+    [newest] = await journal.latest(STREAM, [TurnCompiled])
+    await turn_state(journal, STREAM)
+    assert reads == [newest.cursor]  # nothing before the newest turn is read

@@ -25,9 +25,9 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..events import Envelope, Event, StoredEvent
-from ..folds.fold import Fold
 from .events import ContextAdded, LlmResponse
 from .manifest import Manifest, ManifestLayer, manifest_of
+from .materialized import SnapshotFold
 
 __all__ = [
     "SteerAccepted",
@@ -37,6 +37,7 @@ __all__ = [
     "fold_turns",
     "item_sha256",
     "manifest_at",
+    "turn_state",
     "turns_through",
 ]
 
@@ -108,8 +109,9 @@ class TurnState(BaseModel):
         return manifest_of(self.layers) if self.open else None
 
 
-Turns: Fold[TurnState] = Fold("agent_turns", state=TurnState, checkpoints=False)
-"""The fold of dispatched turns over a stream (a runtime record: no checkpoints)."""
+Turns: SnapshotFold[TurnState] = SnapshotFold("agent_turns", state=TurnState, checkpoints=False)
+"""The fold of dispatched turns over a stream (a runtime record: no checkpoints; a restarted
+agent starts from the snapshot the runtime stored of it, ``materialized.SnapshotFold``)."""
 
 
 def _missed(state: TurnState, position: int, *, item: bool = False) -> TurnState:
@@ -202,8 +204,15 @@ class _Reader(Protocol):
     ) -> AsyncIterator[StoredEvent]: ...
 
 
-class _Folder(_Reader, Protocol):
-    async def fold(self, fold: Fold[TurnState], stream: str) -> TurnState: ...
+class _Journal(_Reader, Protocol):
+    async def latest(
+        self,
+        stream: str,
+        types: Sequence[str | type[Event]],
+        *,
+        before: str | None = None,
+        limit: int = 1,
+    ) -> tuple[StoredEvent, ...]: ...
 
 
 def fold_turns(state: TurnState, stored: StoredEvent) -> TurnState:
@@ -216,25 +225,43 @@ def fold_turns(state: TurnState, stored: StoredEvent) -> TurnState:
     return state if envelope is None else Turns.apply(state, envelope)
 
 
-async def turns_through(journal: _Reader, stream: str, offset: int) -> TurnState:
-    """The turn state folded through ``offset`` (inclusive), from the stream's start."""
+async def turns_through(journal: _Reader, stream: str, offset: int | None = None) -> TurnState:
+    """The turn state folded through ``offset`` (inclusive; None: the head), from the
+    stream's start."""
     state = Turns.initial_state()
     events = journal.read_all(stream, types=Turns.event_types)
     async with aclosing(events):  # type: ignore[type-var]
         async for stored in events:
-            if stored.position > offset:
+            if offset is not None and stored.position > offset:
                 break
             state = fold_turns(state, stored)
     return state
 
 
-async def manifest_at(journal: _Folder, stream: str, offset: int) -> Manifest | None:
-    """The manifest of request @``offset``: the open turn's through it, else None.
+async def turn_state(journal: _Journal, stream: str, through: int | None = None) -> TurnState:
+    """The latest turn folded through ``through`` (inclusive; None: the head).
 
-    Reads the cached fold; only when a turn event came after @offset (a retry of an older
-    request) is the stream folded again through it.
+    Read from the newest turn record on, so it costs the turn's length, not the stream's
+    (a stream without turns costs one indexed look-up). Only for a position before the
+    newest record (a retry of an older request), or a newest record that is not the
+    runtime's, is the stream folded from its start.
     """
-    state = await journal.fold(Turns, stream)
-    if state.changed_at > offset:
-        state = await turns_through(journal, stream, offset)
-    return state.manifest
+    newest = await journal.latest(stream, [TurnCompiled])
+    if not newest:
+        return Turns.initial_state()
+    start = newest[0]
+    state = fold_turns(Turns.initial_state(), start)
+    if (through is not None and start.position > through) or state.turn_at is None:
+        return await turns_through(journal, stream, through)
+    events = journal.read_all(stream, after=start.cursor, types=Turns.event_types)
+    async with aclosing(events):  # type: ignore[type-var]
+        async for stored in events:
+            if through is not None and stored.position > through:
+                break
+            state = fold_turns(state, stored)
+    return state
+
+
+async def manifest_at(journal: _Journal, stream: str, offset: int) -> Manifest | None:
+    """The manifest of request @``offset``: the open turn's through it, else None."""
+    return (await turn_state(journal, stream, offset)).manifest

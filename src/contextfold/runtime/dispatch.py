@@ -32,7 +32,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from ..context.events import Actor, ContextAdded
-from ..context.turns import SteerAccepted, TurnCompiled, Turns, TurnState, item_sha256
+from ..context.turns import SteerAccepted, TurnCompiled, TurnState, item_sha256, turn_state
 from ..errors import (
     BackpressureError,
     ConfigurationError,
@@ -197,7 +197,7 @@ class TurnDispatcher:
 
     async def turn(self) -> TurnState:
         """The latest turn as the journal has it (``open`` until it settled)."""
-        return await self.journal.fold(Turns, self.stream)
+        return await turn_state(self.journal, self.stream)
 
     async def receive(self, event: TurnEvent) -> Receipt:
         """Record ``event``: steered into the open turn of its actor and destination, else
@@ -208,7 +208,7 @@ class TurnDispatcher:
             missed = False
             for _ in range(_ATTEMPTS):
                 version = await self.journal.version(self.stream)
-                turns = await self.journal.fold(Turns, self.stream)
+                turns = await turn_state(self.journal, self.stream)
                 joins = turns.open and (turns.actor, turns.destination) == event.authority
                 if joins and event.event_id in turns.event_ids:
                     return Receipt("injected", event.event_id, 0, True)
