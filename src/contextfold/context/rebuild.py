@@ -20,7 +20,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, mode
 from ..errors import RebuildError
 from ..events import Event, StoredEvent
 from ..wire import RenderedRequest, render_request
-from .events import ContextAdded
+from .events import ContextAdded, LlmResponse
 from .manifest import Manifest
 from .projection import AgentContext
 from .request import build_request
@@ -176,6 +176,17 @@ def _drifts(
     return drifts
 
 
+def _matters(turns: TurnState, type_name: str) -> bool:
+    """Whether the turn records can change on an event of this type: an item only where a
+    record promised one, an answer only to an open turn (so a stream without turns decodes
+    no extra event)."""
+    if turns.awaiting is not None:
+        return True
+    if type_name == ContextAdded.event_type:
+        return False
+    return type_name != LlmResponse.event_type or turns.open
+
+
 async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
     """Rebuild every recorded request of ``stream`` and report each record whose hash the
     rebuild does not give: different bytes, or an offset that is no request (an error);
@@ -216,10 +227,7 @@ async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, 
                     break
                 if stored.type in context_types:
                     state = _fold(state, stored)
-                # An item matters to the turn records only where one promised it.
-                if stored.type in turn_types and (
-                    stored.type != ContextAdded.event_type or turns.awaiting is not None
-                ):
+                if stored.type in turn_types and _matters(turns, stored.type):
                     turns = fold_turns(turns, stored)
     for offset in pending[index:]:
         drifts.extend(_drifts(state, turns, stream, offset, recorded[offset]))
