@@ -239,6 +239,28 @@ class TemporaryPostgres:
             self.base_dir = None
             self.port = None
 
+    def restart(self) -> None:
+        """Restart the server on its port as after a crash (immediate shutdown: every
+        connection drops), and wait until it accepts connections again."""
+        if self.external_dsn is not None or self.port is None:
+            raise RuntimeError("only a started TemporaryPostgres can be restarted")
+        result = self._run(
+            [
+                self._bin("pg_ctl"),
+                f"--pgdata={self.data_dir}",
+                f"--log={self.log_path}",
+                "--mode=immediate",
+                "--wait",
+                f"--timeout={int(self.startup_timeout)}",
+                f"--options=-p {self.port}",
+                "restart",
+            ],
+            timeout=self.startup_timeout + 30,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"could not restart PostgreSQL:\n{result.stderr}{self._log_tail()}")
+        self._wait_until_accepting()
+
     def __enter__(self) -> TemporaryPostgres:
         return self.start()
 
