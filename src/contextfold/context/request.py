@@ -42,7 +42,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections import OrderedDict
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -221,10 +223,30 @@ def item_headers(request: NeutralRequest) -> tuple[ItemHeader, ...]:
     return tuple(header for header in found if header is not None)
 
 
+# Rendered item texts by (id(item), content_limit). Items are immutable, so a text is
+# computed once per item; each entry holds its item, so an id is never reused while cached.
+_RENDERED: OrderedDict[tuple[int, int | None], tuple[ContextItem, str]] = OrderedDict()
+_RENDERED_MAX = 65_536
+
+
 def render_item(item: ContextItem, *, content_limit: int | None = None) -> str:
     """The message text of an item: its header line, a newline, then its content (cut to
     ``content_limit`` characters, see ``evidence.cut_text``), then one line per attached
-    file (``[File attached: cat.png (image/png)]``)."""
+    file (``[File attached: cat.png (image/png)]``). Memoized per item (bounded)."""
+    key = (id(item), content_limit)
+    found = _RENDERED.get(key)
+    if found is not None and found[0] is item:
+        with suppress(KeyError):  # evicted meanwhile by another thread: still the text
+            _RENDERED.move_to_end(key)
+        return found[1]
+    text = _render_item(item, content_limit)
+    _RENDERED[key] = (item, text)
+    if len(_RENDERED) > _RENDERED_MAX:
+        _RENDERED.popitem(last=False)
+    return text
+
+
+def _render_item(item: ContextItem, content_limit: int | None) -> str:
     content = item.content
     if content_limit is not None:
         content = cut_text(content, content_limit, what="content", where=f"@{item.offset}")

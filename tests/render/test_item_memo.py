@@ -1,0 +1,41 @@
+"""Each context item's rendered text is computed once (items are immutable) and equals what
+rendering it afresh gives; the memo stays within its bound."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from contextfold.context import request as req
+from contextfold.context.state import ContextItem
+
+items = st.builds(
+    ContextItem,
+    offset=st.integers(min_value=1, max_value=10**9),
+    role=st.sampled_from(["user", "assistant", "developer"]),
+    content=st.text(max_size=300),
+    key=st.none() | st.text(min_size=1, max_size=20),
+    tool_call_id=st.none() | st.text(min_size=1, max_size=10),
+)
+limits = st.none() | st.integers(min_value=40, max_value=400)
+
+
+@given(items, limits)
+def test_a_memoized_text_is_the_fresh_rendering(item: ContextItem, limit: int | None) -> None:
+    first = req.render_item(item, content_limit=limit)
+    assert first == req._render_item(item, limit)
+    assert req.render_item(item, content_limit=limit) is first  # computed once
+    copy = item.model_copy()  # an equal item renders equally, cached or not
+    assert req.render_item(copy, content_limit=limit) == first
+
+
+def test_the_memo_is_bounded_and_keeps_no_stale_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(req, "_RENDERED_MAX", 8)
+    monkeypatch.setattr(req, "_RENDERED", type(req._RENDERED)())
+    made = [ContextItem(offset=i, role="user", content=f"text {i}") for i in range(1, 40)]
+    for item in made:
+        assert req.render_item(item) == f"@{item.offset}\ntext {item.offset}"
+    assert len(req._RENDERED) == 8
+    newest = made[-1]
+    assert req.render_item(newest) is req.render_item(newest)
