@@ -25,9 +25,11 @@ from contextfold.context.materialized import (
     MAX_BATCHES,
     ContextChunk,
     ContextMaterialized,
+    SnapshotFold,
     load_materialized,
     plan_materialization,
     restore_state,
+    snapshot_event,
 )
 from contextfold.context.rebuild import rebuild_state
 from contextfold.events import Event, StoredEvent, runtime_only_types
@@ -333,3 +335,33 @@ def test_the_materialization_events_are_runtime_only() -> None:
     for cls in (ContextChunk, ContextMaterialized):
         assert cls.event_type in runtime_only_types()
         assert is_runtime_type(cls.event_type)
+
+
+# -- small folds: one snapshot ----------------------------------------------------------------
+
+Counter: SnapshotFold[int] = SnapshotFold("materialized_counter", state=int, checkpoints=False)
+
+
+@Counter.on(ContextAdded)
+def _count(state: int, ev: Any) -> int:
+    return state + 1
+
+
+async def test_a_snapshot_fold_starts_from_the_agents_newest_snapshot() -> None:
+    store = CountingStore()
+    journal = Journal(store)
+    for n in range(30):
+        await journal.append(STREAM, ContextAdded(role="user", content=f"q{n}"))
+    state, cursor = await journal.folds.read_with_cursor(Counter, journal.namespace, STREAM)
+    await journal.append(STREAM, snapshot_event(Counter, state, cursor), actor="agent")
+    await journal.append(STREAM, ContextAdded(role="user", content="after"))
+    store.read_events = 0
+    assert await Journal(store).fold(Counter, STREAM) == 31
+    assert store.read_events == 1  # only the item after the snapshot
+
+    # Another writer's snapshot (here: a wrong count) is never used.
+    forged = snapshot_event(Counter, 1000, cursor)
+    await journal.append(STREAM, forged, actor="http")
+    assert await Journal(store).fold(Counter, STREAM) == 31
+    assert Counter.snapshot_type.startswith("contextfold.agent/")
+    assert is_runtime_type(Counter.snapshot_type)

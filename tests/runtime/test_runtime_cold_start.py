@@ -13,6 +13,7 @@ from runtime_helpers import STREAM, user
 from contextfold.context.materialized import ContextChunk, ContextMaterialized
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import rebuild_state, verify_requests
+from contextfold.context.turns import Turns, turns_through
 from contextfold.journal import Journal
 from contextfold.runtime.local import LocalModel
 from contextfold.runtime.loop import Agent, system_prompt
@@ -68,8 +69,11 @@ async def test_a_stream_restarted_at_several_points_verifies(tmp_path: Path) -> 
                 store.read_events = 0
                 context = await journal.fold(AgentContext, STREAM)
                 sched = await journal.fold(Scheduler, STREAM)
+                await journal.fold(Turns, STREAM)
                 restarted_reads.append((store.read_events, await journal.version(STREAM)))
                 assert context == await rebuild_state(journal, STREAM, 10**9)
+                turns = await journal.fold(Turns, STREAM)
+                assert turns == await turns_through(journal, STREAM, 10**9)
                 assert sched == Scheduler.apply_all(
                     Scheduler.initial_state(),
                     [

@@ -23,14 +23,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..canonical import canonical_json, sha256_hex
 from ..errors import ContextfoldError
-from ..events import Event, StoredEvent
-from ..folds.fold import FoldBase
+from ..events import Event, RawEvent, StoredEvent
+from ..folds.fold import Fold, FoldBase
 from ..store.base import Store
 from .state import AGENT_WRITER, AgentContextState, ContextItem
 
@@ -43,10 +43,14 @@ __all__ = [
     "ContextChunk",
     "ContextMaterialized",
     "Lane",
+    "SnapshotFold",
     "load_materialized",
     "plan_materialization",
     "restore_state",
+    "snapshot_event",
 ]
+
+S = TypeVar("S")
 
 log = logging.getLogger("contextfold.context")
 
@@ -286,3 +290,43 @@ async def load_materialized(
                 str(exc).splitlines()[0],
             )
     return None
+
+
+class SnapshotFold(Fold[S]):
+    """A fold with a small, bounded state that takes no checkpoints, whose cold reads start
+    from the newest snapshot the agent runtime stored of it (:func:`snapshot_event`): its
+    state through a cursor, exactly, never a replacement. Rebuilds that fold the events
+    alone agree with it. (The agent context, which grows, is stored in chunks instead.)"""
+
+    @property
+    def snapshot_type(self) -> str:
+        """The stored type name of this fold's snapshots: a runtime-only type."""
+        return f"contextfold.agent/snapshot/{self.name}@{self.version}"
+
+    async def restore(
+        self, store: Store, namespace: str, stream: str
+    ) -> tuple[S, str | None] | None:
+        for stored in await store.latest(namespace, stream, [self.snapshot_type], limit=_TRIED):
+            try:
+                if stored.meta.actor != AGENT_WRITER:
+                    raise ValueError(f"written by {stored.meta.actor!r}, not the agent")
+                payload = stored.payload
+                through = payload["through"]
+                if through is not None and not await store.contains(namespace, stream, through):
+                    raise ValueError(f"its cursor {through!r} is not in this history")
+                return self.decode_state(payload["state"]), through
+            except (ValueError, ValidationError, KeyError, TypeError, ContextfoldError) as exc:
+                log.warning(
+                    "snapshot of %s %s@%d not used: %s",
+                    self.name,
+                    stream,
+                    stored.position,
+                    str(exc).splitlines()[0],
+                )
+        return None
+
+
+def snapshot_event(fold: SnapshotFold[S], state: S, through: str | None) -> RawEvent:
+    """The snapshot of ``fold``'s ``state`` folded through ``through``, to append as the
+    agent (journal meta actor ``agent``). Raises CheckpointError when it does not encode."""
+    return RawEvent(fold.snapshot_type, {"through": through, "state": fold.encode_state(state)})

@@ -2,8 +2,9 @@
 of refolding its whole journal.
 
 :func:`materialize_context` stores the agent context in chunks with its cursor
-(:mod:`contextfold.context.materialized`) and the scheduler's state as a checkpoint of
-itself (its state is small and bounded). The loop does it every
+(:mod:`contextfold.context.materialized`), and the small, bounded states of the other
+folds the loop reads: the scheduler's as a checkpoint of itself, the dispatched turns' as
+a snapshot (it takes no checkpoints). The loop does it every
 :attr:`MaterializingSteps.materialize_every` stream positions; a new instance's first
 reads then load those and fold only the events after them.
 """
@@ -12,10 +13,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
-from ..context.materialized import ContextMaterialized, plan_materialization
+from ..context.materialized import (
+    ContextMaterialized,
+    SnapshotFold,
+    plan_materialization,
+    snapshot_event,
+)
 from ..context.projection import AgentContext
 from ..context.state import AGENT_WRITER, AgentContextState
+from ..context.turns import Turns
 from ..errors import ContextfoldError
 from ..journal import Journal
 from .instance import AgentInstance
@@ -27,6 +35,8 @@ log = logging.getLogger("contextfold.runtime")
 
 MATERIALIZE_EVERY = 1000
 """Stream positions between two materializations of a running agent."""
+
+_SNAPSHOTTED: tuple[SnapshotFold[Any], ...] = (Turns,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +52,9 @@ class Materialized:
 
 
 async def materialize_context(journal: Journal, stream: str) -> Materialized | None:
-    """Store the agent context of ``stream`` in chunks with its cursor, and the scheduler's
-    state as a checkpoint, as the agent (journal meta actor ``agent``). None when the newest
-    materialization is already up to date.
+    """Store the agent context of ``stream`` in chunks with its cursor, the scheduler's
+    state as a checkpoint and the turns' as a snapshot, as the agent (journal meta actor
+    ``agent``). None when the newest materialization is already up to date.
 
     Raises PayloadError (nothing stored) when a chunk is over the journal's payload limit.
     """
@@ -70,6 +80,10 @@ async def materialize_context(journal: Journal, stream: str) -> Materialized | N
     )
     appended = await journal.append(stream, [*chunks, manifest], actor=AGENT_WRITER, channels=())
     await journal.checkpoint(Scheduler, stream, lambda current: current)
+    for small in _SNAPSHOTTED:
+        state_of, cursor = await journal.folds.read_with_cursor(small, journal.namespace, stream)
+        snapshot = snapshot_event(small, state_of, cursor)
+        await journal.append(stream, snapshot, actor=AGENT_WRITER, channels=())
     return Materialized(appended.last_position, len(chunks), len(manifest.chunks))
 
 
