@@ -38,7 +38,8 @@ STREAM = "agents/long"
 SIZES = (1_000, 100_000)
 BATCH = 5_000
 COMPACT_EVERY = 25  # turns
-RESTARTS = 7
+RESTARTS = 9
+WARM_UP = 1  # restarts per size not counted: the process warms up (imports, first SQL)
 HEADER = RequestHeader(transport="openai-chat", model="contextfold-local", max_tokens=1024)
 
 
@@ -135,9 +136,11 @@ async def measure(sizes: Sequence[int], restarts: int) -> dict[int, tuple[float,
             await previous_instance(url)
         times: dict[int, list[float]] = {n: [] for n in sizes}
         # Interleaved, so drift (CPU clock, other load on the machine) hits every size alike.
-        for i in range(restarts):
+        for i in range(WARM_UP + restarts):
             for n, url in urls.items():
-                times[n].append(await first_request(url, i))
+                elapsed = await first_request(url, i)
+                if i >= WARM_UP:
+                    times[n].append(elapsed)
         return {n: (statistics.median(times[n]), await refold(urls[n])) for n in sizes}
 
 

@@ -4,9 +4,10 @@ request it sends still rebuilds byte for byte from the events alone."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from runtime_helpers import STREAM, user
 
@@ -18,21 +19,30 @@ from contextfold.journal import Journal
 from contextfold.runtime.local import LocalModel
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.scheduling import Scheduler
-from contextfold.store.base import ReadResult
+from contextfold.store.base import ReadResult, Store
+from contextfold.store.postgres import PostgresStore
 from contextfold.store.sqlite import SQLiteStore
 
 WINDOW = 3_000  # tokens: the local model's requests cross half of it, so history compacts
 
 
-class CountingStore(SQLiteStore):
-    """The SQLite store, counting the events its reads return."""
+class _Counting:
+    """Counts the events a store's reads return (mixed into a real store class)."""
 
     read_events = 0
 
     async def read(self, *args: Any, **kwargs: Any) -> ReadResult:
-        page = await super().read(*args, **kwargs)
+        page: ReadResult = await super().read(*args, **kwargs)  # type: ignore[misc]
         self.read_events += len(page.events)
         return page
+
+
+class CountingSQLite(_Counting, SQLiteStore):
+    pass
+
+
+class CountingPostgres(_Counting, PostgresStore):
+    pass
 
 
 def search_files(query: str) -> str:
@@ -53,41 +63,33 @@ def _agent(journal: Journal) -> Agent:
     return agent
 
 
-async def test_a_stream_restarted_at_several_points_verifies(tmp_path: Path) -> None:
-    path = tmp_path / "agent.db"
+async def _restarted_at_several_points(open_store: Callable[[], _Counting]) -> None:
+    """Five instances in turn, each a new process (nothing cached), three questions each;
+    each restart's first reads start from what the previous one materialized."""
     questions = iter(f"Where is helper_{n} defined?" for n in range(40))
     restarted_reads: list[tuple[int, int]] = []
-    for segment in range(5):  # a new process each time: nothing cached
-        store = CountingStore(path)
-        async with Journal(store) as journal:
+    for segment in range(5):
+        store = open_store()
+        async with Journal(cast(Store, store)) as journal:
             if segment == 0:
                 await journal.append(STREAM, system_prompt("You answer about the workspace."))
             else:
-                # The first reads of the new instance start from the stored state.
-                manifests = await journal.latest(STREAM, [ContextMaterialized])
-                assert manifests, "the previous instance materialized its context"
+                assert await journal.latest(STREAM, [ContextMaterialized])
                 store.read_events = 0
                 context = await journal.fold(AgentContext, STREAM)
                 sched = await journal.fold(Scheduler, STREAM)
-                await journal.fold(Turns, STREAM)
+                turns = await journal.fold(Turns, STREAM)
                 restarted_reads.append((store.read_events, await journal.version(STREAM)))
                 assert context == await rebuild_state(journal, STREAM, 10**9)
-                turns = await journal.fold(Turns, STREAM)
-                assert turns == await turns_through(journal, STREAM, 10**9)
-                assert sched == Scheduler.apply_all(
-                    Scheduler.initial_state(),
-                    [
-                        e
-                        for s in [s async for s in journal.read_all(STREAM)]
-                        if (e := Scheduler.decode(s))
-                    ],
-                )
+                assert turns == await turns_through(journal, STREAM)
+                stored = [s async for s in journal.read_all(STREAM)]
+                envelopes = [e for s in stored if (e := Scheduler.decode(s)) is not None]
+                assert sched == Scheduler.apply_all(Scheduler.initial_state(), envelopes)
             agent = _agent(journal)
             for _ in range(3):
                 await journal.append(STREAM, user(next(questions)))
-                report = await agent.run_until_idle()
-                assert report.status == "idle"
-    async with Journal(SQLiteStore(path)) as journal:
+                assert (await agent.run_until_idle()).status == "idle"
+    async with Journal(cast(Store, open_store())) as journal:
         assert await verify_requests(journal, STREAM) == ()
         chunks = [s async for s in journal.read_all(STREAM, types=[ContextChunk])]
         manifests = [s async for s in journal.read_all(STREAM, types=[ContextMaterialized])]
@@ -97,6 +99,14 @@ async def test_a_stream_restarted_at_several_points_verifies(tmp_path: Path) -> 
     for read, version in restarted_reads:
         # Only what came after the newest materialization, never the whole stream.
         assert read < 40 < version, (read, version)
+
+
+async def test_a_stream_restarted_at_several_points_verifies(tmp_path: Path) -> None:
+    await _restarted_at_several_points(lambda: CountingSQLite(tmp_path / "agent.db"))
+
+
+async def test_restarts_verify_on_postgresql(pg_dsn: str) -> None:
+    await _restarted_at_several_points(lambda: CountingPostgres(pg_dsn))
 
 
 async def test_the_agent_materializes_only_when_due(tmp_path: Path) -> None:
