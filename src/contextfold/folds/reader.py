@@ -9,6 +9,7 @@ one state are single-flight: concurrent readers fold each event once.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections import OrderedDict
@@ -306,37 +307,73 @@ class FoldReader:
             if page.reset and cursor is not None:
                 return entry, folded, True
             rebased = False
-            for event in page.events:
-                if event.type == fold.checkpoint_type:
-                    if event.global_position <= checkpoint_at:
-                        cursor = event.cursor
-                        continue
-                    restored = await self._restore(fold, namespace, stream, event)
-                    if restored is not None:
-                        # Rebase: the checkpoint replaces the state; events after its through
-                        # are folded again on top of it (some of them were folded already).
-                        state, cursor, checkpoint_at = (
-                            restored.state,
-                            restored.cursor,
-                            restored.checkpoint_at,
-                        )
-                        rebased = True
-                        break
-                    cursor = event.cursor
-                    continue
-                cursor = event.cursor
-                if fold.scope == "run" and event.meta.run_id != run_id:
-                    continue
-                try:
-                    envelope = fold.decode(event)
-                except (ValueError, ValidationError) as exc:
-                    self._report(fold, "decode", event, str(exc).splitlines()[0])
-                    continue
-                if envelope is None:
-                    continue
-                state, problem = fold.apply_reporting(state, envelope)
-                folded += 1
-                if problem is not None:
-                    self._report(fold, problem, event, "no segment to attach to")
+            # The collector paused over a page: every handler makes young persistent-vector
+            # nodes, and collecting them as they come cost more than folding at 100k events.
+            paused = gc.isenabled()
+            gc.disable()
+            try:
+                state, cursor, checkpoint_at, folded, rebased = await self._fold_page(
+                    fold,
+                    namespace,
+                    stream,
+                    page.events,
+                    state,
+                    cursor,
+                    checkpoint_at,
+                    run_id,
+                    folded,
+                )
+            finally:
+                if paused:
+                    gc.enable()
             if not rebased and not page.more:
                 return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
+
+    async def _fold_page(
+        self,
+        fold: FoldBase[S],
+        namespace: str,
+        stream: str,
+        events: Any,
+        state: S,
+        cursor: str | None,
+        checkpoint_at: int,
+        run_id: str | None,
+        folded: int,
+    ) -> tuple[S, str | None, int, int, bool]:
+        """``events`` folded into ``state``: (state, cursor, checkpoint_at, folded, rebased);
+        stops at a checkpoint that restores (rebased)."""
+        rebased = False
+        for event in events:
+            if event.type == fold.checkpoint_type:
+                if event.global_position <= checkpoint_at:
+                    cursor = event.cursor
+                    continue
+                restored = await self._restore(fold, namespace, stream, event)
+                if restored is not None:
+                    # Rebase: the checkpoint replaces the state; events after its through
+                    # are folded again on top of it (some of them were folded already).
+                    state, cursor, checkpoint_at = (
+                        restored.state,
+                        restored.cursor,
+                        restored.checkpoint_at,
+                    )
+                    rebased = True
+                    break
+                cursor = event.cursor
+                continue
+            cursor = event.cursor
+            if fold.scope == "run" and event.meta.run_id != run_id:
+                continue
+            try:
+                envelope = fold.decode(event)
+            except (ValueError, ValidationError) as exc:
+                self._report(fold, "decode", event, str(exc).splitlines()[0])
+                continue
+            if envelope is None:
+                continue
+            state, problem = fold.apply_reporting(state, envelope)
+            folded += 1
+            if problem is not None:
+                self._report(fold, problem, event, "no segment to attach to")
+        return state, cursor, checkpoint_at, folded, rebased
