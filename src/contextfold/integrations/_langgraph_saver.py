@@ -5,7 +5,9 @@ written once per version (unchanged channels are never written again), and a lis
 (a message list) is stored as the items it gained over the channel's previous list. Reads
 are indexed: :data:`~._langgraph_index.THREAD_INDEX` folds each thread incrementally
 (cached), and every record it names is fetched with one indexed read. Lists are rebuilt from
-their delta chain, from the newest list this process already holds (a bounded cache).
+their delta chain, from the newest list this process already holds (a bounded cache), and
+kept decoded per version: a read decodes only the items its version added
+(:mod:`._langgraph_lists`).
 
 Deletions keep a record, since the journal is append-only: ``delete_thread`` and
 ``prune(strategy="delete")`` append a ThreadCleared (or delete the stream with
@@ -60,6 +62,7 @@ from ._langgraph_index import (
     WritesPut,
     version_key,
 )
+from ._langgraph_lists import DecodedLists
 from ._langgraph_records import (
     BlobKey,
     Item,
@@ -88,8 +91,9 @@ class JournalSaver(BaseCheckpointSaver[str]):
     :class:`~contextfold.Journal` (async graphs; sync calls only from other threads while its
     loop runs). Thread ``t`` is the stream ``stream_prefix + t``. ``hard_delete=True`` makes
     ``delete_thread`` and ``prune(strategy="delete")`` delete the stream instead of appending
-    a ThreadCleared record. ``cache_bytes`` bounds the lists kept in memory to extend and
-    rebuild message lists without reading their whole history.
+    a ThreadCleared record. ``cache_bytes`` bounds the lists kept in memory (serialized, to
+    extend and rebuild message lists without reading their whole history, and decoded, to
+    hand them back without decoding them again), each.
 
     Raises InvalidInputError for a bad option, a config without ``thread_id`` or a thread id
     that cannot name a stream; PayloadError (naming thread, checkpoint and record) when a
@@ -120,6 +124,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         self.stream_prefix = stream_prefix
         self.hard_delete = hard_delete
         self._records = RecordReader(self._bridge.journal, cache_bytes)
+        self._lists = DecodedLists(self._records, self._load, cache_bytes)
 
     @property
     def journal(self) -> Journal:
@@ -381,7 +386,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
 
     async def _value(self, stream: str, index: ThreadIndex, key: BlobKey, blob: BlobEntry) -> Any:
         if blob.kind == "items":
-            return [self._load(item) for item in await self._records.items(stream, index, key)]
+            return await self._lists.read(stream, index, key)
         return self._load(await self._records.value(stream, blob))
 
     def _load(self, item: Item) -> Any:
