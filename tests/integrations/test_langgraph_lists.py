@@ -54,8 +54,8 @@ def _put(
     configurable: dict[str, Any] = {"thread_id": "t", "checkpoint_ns": ""}
     if parent is not None:
         configurable["checkpoint_id"] = parent["configurable"]["checkpoint_id"]
-    meta: CheckpointMetadata = {"source": "loop", "step": version}  # type: ignore[typeddict-item]
-    versions = dict.fromkeys(values, version)
+    meta: CheckpointMetadata = {"source": "loop", "step": version}
+    versions: dict[str, str | int | float] = dict.fromkeys(values, version)
     return saver.put({"configurable": configurable}, checkpoint, meta, versions)
 
 
@@ -78,7 +78,8 @@ def _turn(n: int) -> list[BaseMessage]:
 def test_a_warm_read_decodes_only_the_items_its_version_added(journal: cf.SyncJournal) -> None:
     serde = _CountingSerde()
     saver = JournalSaver(journal, serde=serde)
-    config, messages = None, []
+    config: RunnableConfig | None = None
+    messages: list[BaseMessage] = []
     for n in range(1, 30):
         messages = [*messages, *_turn(n)]
         config = _put(saver, {"m": messages}, n, config)
@@ -113,7 +114,7 @@ def test_messages_langgraph_edits_in_place_are_built_anew_per_read(
     messages = [HumanMessage("no id"), *_turn(1), {"note": "a dict"}]
     _put(saver, {"m": messages}, 1, None)
     loaded = _messages(saver)
-    merged = add_messages(loaded[:-1], [AIMessage("answer", id="z")])
+    merged: Any = add_messages(loaded[:-1], AIMessage("answer", id="z"))
     assert merged[0].id is not None and loaded[0].id is not None
     loaded[-1]["note"] = "edited"
     again = _messages(saver)
