@@ -4,11 +4,13 @@ request it sends still rebuilds byte for byte from the events alone."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from runtime_helpers import STREAM, user
 
 from contextfold.context.materialized import ContextChunk, ContextMaterialized
@@ -18,6 +20,7 @@ from contextfold.context.turns import Turns, turns_through
 from contextfold.journal import Journal
 from contextfold.runtime.local import LocalModel
 from contextfold.runtime.loop import Agent, system_prompt
+from contextfold.runtime.materializing import materialize_context
 from contextfold.runtime.scheduling import Scheduler
 from contextfold.store.base import ReadResult, Store
 from contextfold.store.postgres import PostgresStore
@@ -126,3 +129,30 @@ async def test_the_agent_materializes_only_when_due(tmp_path: Path) -> None:
         positions = [s.position for s in found]
         assert 2 <= len(positions) < 8
         assert all(b - a >= 30 for a, b in pairwise(positions))
+
+
+async def test_chunks_fit_the_payload_limit_or_are_left_out(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Chunks are cut to half the journal's payload limit; an item too big for any chunk
+    leaves the context unmaterialized (logged), and the agent goes on."""
+    async with Journal(SQLiteStore(tmp_path / "a.db"), max_payload_bytes=8_192) as journal:
+        await journal.append(STREAM, system_prompt("You answer."))
+        agent = Agent(journal, STREAM, LocalModel(), context_window=100_000)  # no compaction
+        agent.materialize_every = 5
+        for n in range(15):
+            await journal.append(STREAM, user(f"Where is part_{n}? " + "x" * 600))
+            await agent.run_until_idle()
+        await journal.append(STREAM, user("One more?"))
+        done = await materialize_context(journal, STREAM)  # a history of over 8 KB
+        assert done is not None and done.referenced > 3
+        sizes = [len(s.data) async for s in journal.read_all(STREAM, types=[ContextChunk])]
+        assert max(sizes) <= 8_192
+        count = len([m async for m in journal.read_all(STREAM, types=[ContextMaterialized])])
+        await journal.append(STREAM, user("And this? " + "y" * 7_900))
+        with caplog.at_level(logging.WARNING, logger="contextfold.runtime"):
+            report = await agent.run_until_idle()
+        assert report.status == "idle" and report.requests
+        assert "did not materialize its context" in caplog.text
+        after = len([m async for m in journal.read_all(STREAM, types=[ContextMaterialized])])
+        assert after == count

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..context.materialized import (
+    CHUNK_BYTES,
     ContextMaterialized,
     SnapshotFold,
     plan_materialization,
@@ -24,7 +25,7 @@ from ..context.materialized import (
 from ..context.projection import AgentContext
 from ..context.state import AGENT_WRITER, AgentContextState
 from ..context.turns import Turns
-from ..errors import ContextfoldError
+from ..errors import CheckpointError, InvalidInputError
 from ..journal import Journal
 from .instance import AgentInstance
 from .scheduling import Scheduler
@@ -56,7 +57,8 @@ async def materialize_context(journal: Journal, stream: str) -> Materialized | N
     state as a checkpoint and the turns' as a snapshot, as the agent (journal meta actor
     ``agent``). None when the newest materialization is already up to date.
 
-    Raises PayloadError (nothing stored) when a chunk is over the journal's payload limit.
+    Chunks take at most half the journal's payload limit; raises PayloadError (nothing
+    stored) when a single item's chunk is still over it.
     """
     state, through = await journal.folds.read_with_cursor(AgentContext, journal.namespace, stream)
     found = await journal.latest(stream, [ContextMaterialized])
@@ -77,6 +79,7 @@ async def materialize_context(journal: Journal, stream: str) -> Materialized | N
         fold_version=AgentContext.version,
         previous=previous,
         previous_cursor=previous_cursor,
+        chunk_bytes=min(CHUNK_BYTES, journal.max_payload_bytes // 2),
     )
     appended = await journal.append(stream, [*chunks, manifest], actor=AGENT_WRITER, channels=())
     await journal.checkpoint(Scheduler, stream, lambda current: current)
@@ -103,8 +106,8 @@ class MaterializingSteps(AgentInstance):
 
     async def _materialize_if_due(self, context: AgentContextState) -> None:
         """Materialize when the context has seen :attr:`materialize_every` positions since
-        the newest materialization. A failure is logged, never raised: it only costs the
-        next instance a longer first read."""
+        the newest materialization. A chunk or state that cannot be stored is logged, not
+        raised: it only costs the next instance a longer first read."""
         if self._materialized_at is None:
             found = await self.journal.latest(self.stream, [ContextMaterialized])
             self._materialized_at = found[0].position if found else 0
@@ -113,7 +116,9 @@ class MaterializingSteps(AgentInstance):
             return
         try:
             done = await materialize_context(self.journal, self.stream)
-        except ContextfoldError as exc:
+        except (InvalidInputError, CheckpointError) as exc:
+            # Only what cannot be stored: a store error or a lost lease stops the loop, as
+            # any other append's does.
             log.warning("agent on %r did not materialize its context: %s", self.stream, exc)
             done = None
         self._materialized_at = done.position if done is not None else position
