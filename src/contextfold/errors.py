@@ -233,8 +233,10 @@ class CompactionError(ContextfoldError):
     """A fold could not be compacted (its older history summarized); nothing was stored.
 
     ``reason`` is ``"unsupported"`` (the fold does not compact this way: the message says
-    what does), ``"summarize-failed"`` (the summarizer raised: it is the ``__cause__``) or
-    ``"invalid-state"`` (the summary does not fit the fold's summary schema).
+    what does), ``"summarize-failed"`` (the summarizer raised: it is the ``__cause__``),
+    ``"invalid-state"`` (the summary does not fit the fold's summary schema) or, from the
+    agent, ``"still-over-threshold"`` (two compactions in a row left the next request over
+    the threshold: no third summary is paid for; the message names the request and its size).
     """
 
     def __init__(self, message: str, *, reason: str) -> None:
