@@ -79,6 +79,7 @@ _STATIC = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/inspector.js": ("inspector.js", "text/javascript; charset=utf-8"),
     "/inspector.css": ("inspector.css", "text/css; charset=utf-8"),
+    "/favicon.svg": ("favicon.svg", "image/svg+xml"),
 }
 
 

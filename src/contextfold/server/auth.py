@@ -25,7 +25,7 @@ from .writers import WRITER_SCOPE_KEY, Writer
 
 __all__ = ["PUBLIC_PATHS", "BearerAuth", "token_writers"]
 
-PUBLIC_PATHS = frozenset({"/", "/inspector.js", "/inspector.css"})
+PUBLIC_PATHS = frozenset({"/", "/inspector.js", "/inspector.css", "/favicon.svg"})
 """Paths served without a token (relative to the app's root path)."""
 
 _SSE_SUFFIXES = ("/tail", "/live")

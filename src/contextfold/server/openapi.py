@@ -641,6 +641,7 @@ def openapi_schema(
         "/": ("the web inspector", "text/html"),
         "/inspector.js": ("the inspector's script", "text/javascript"),
         "/inspector.css": ("the inspector's style sheet", "text/css"),
+        "/favicon.svg": ("the inspector's icon", "image/svg+xml"),
     }
     paths: dict[str, Any] = {
         path: {
