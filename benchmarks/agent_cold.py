@@ -29,9 +29,9 @@ from pathlib import Path
 
 import contextfold as cf
 from contextfold.context.compaction import summary_item
-from contextfold.context.events import LlmResponse, RequestHeader, assistant_item
+from contextfold.context.events import LlmResponse, RequestHeader
 from contextfold.context.rebuild import rebuild_state, verify_requests
-from contextfold.events import Envelope, Event
+from contextfold.events import Event
 from contextfold.runtime.local import LocalModel
 
 STREAM = "agents/long"
@@ -63,7 +63,12 @@ def conversation(n: int) -> Iterator[Event]:
             usage=cf.Usage(input_tokens=400, output_tokens=20),
         )
         yield response
-        yield assistant_item(Envelope.make(response, position=offset, stream=STREAM))
+        yield cf.ContextAdded(  # the assistant item, as the runtime writes it
+            role="assistant",
+            actor=cf.Actor(type="agent"),
+            content=response.text,
+            llm_request_offset=offset,
+        )
         position += 4
         turn += 1
         if turn % COMPACT_EVERY == 0:

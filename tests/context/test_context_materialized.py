@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from contextfold.context import (
     Actor,
     AgentContext,
+    AgentContextState,
     ContextAdded,
     LlmRequestRequested,
     ToolCallResult,
@@ -42,7 +43,25 @@ from contextfold.wire import ToolCall
 
 STREAM = "agents/materialized"
 PROMPT_KEY = "agent/system-prompt"
-TINY = {"chunk_items": 2, "chunk_bytes": 300, "chunk_offsets": 2}  # many chunks per lane
+
+
+def _plan(
+    state: AgentContextState,
+    through: str,
+    previous: ContextMaterialized | None = None,
+    previous_cursor: str | None = None,
+) -> tuple[tuple[ContextChunk, ...], ContextMaterialized]:
+    """A plan with tiny chunks: many chunks per lane."""
+    return plan_materialization(
+        state,
+        through,
+        fold_version=AgentContext.version,
+        previous=previous,
+        previous_cursor=previous_cursor,
+        chunk_items=2,
+        chunk_bytes=300,
+        chunk_offsets=2,
+    )
 
 
 # -- a stream of context events, the same in a Log (pure) and in a journal ------------------
@@ -143,14 +162,7 @@ def test_restored_state_equals_the_fold_at_every_point(script: list[Op], cuts: l
     for number, cut in enumerate(sorted(cuts)):
         through = min(cut, len(log.envelopes))
         state = log.state(through=through)
-        chunks, manifest = plan_materialization(
-            state,
-            str(through),
-            fold_version=AgentContext.version,
-            previous=previous,
-            previous_cursor=f"manifest-{number - 1}",
-            **TINY,
-        )
+        chunks, manifest = _plan(state, str(through), previous, f"manifest-{number - 1}")
         pool.update({chunk.sha256: chunk for chunk in chunks})
         referenced = [pool[ref.sha256] for ref in manifest.chunks]
         assert restore_state(AgentContext, manifest, referenced) == state
@@ -164,18 +176,9 @@ def test_only_changed_chunks_are_written_again() -> None:
     for n in range(9):
         log.add("user", f"question {n}", actor=Actor(type="user"))
         log.request()
-    first_chunks, first = plan_materialization(
-        log.state(), "a", fold_version=AgentContext.version, **TINY
-    )
+    first_chunks, first = _plan(log.state(), "a")
     log.add("user", "one more", actor=Actor(type="user"))
-    chunks, second = plan_materialization(
-        log.state(),
-        "b",
-        fold_version=AgentContext.version,
-        previous=first,
-        previous_cursor="m1",
-        **TINY,
-    )
+    chunks, second = _plan(log.state(), "b", first, "m1")
     # History grew by one item: only its last chunk is new; the rest is referenced.
     last = max(ref.index for ref in second.chunks if ref.lane == "history")
     assert [(c.lane, c.index) for c in chunks] == [("history", last)]
@@ -189,11 +192,9 @@ def test_a_compaction_rewrites_the_history_chunks() -> None:
     for n in range(6):
         log.add("user", f"q{n}", actor=Actor(type="user"))
     r = log.request()
-    _, first = plan_materialization(log.state(), "a", fold_version=1, **TINY)
+    _, first = _plan(log.state(), "a")
     log.append(summary_item("gist", cutoff=r))
-    chunks, _ = plan_materialization(
-        log.state(), "b", fold_version=1, previous=first, previous_cursor="m1", **TINY
-    )
+    chunks, _ = _plan(log.state(), "b", first, "m1")
     assert [c.lane for c in chunks] == ["history"]
     assert chunks[0].items[0].content == "gist"
 
@@ -205,9 +206,7 @@ def test_references_span_at_most_max_batches_appends() -> None:
     for n in range(3 * MAX_BATCHES):
         log.add("user", f"q{n}", actor=Actor(type="user"))
         log.add("user", f"r{n}", actor=Actor(type="user"))
-        _, manifest = plan_materialization(
-            log.state(), str(n), fold_version=1, previous=previous, previous_cursor=f"m{n}", **TINY
-        )
+        _, manifest = _plan(log.state(), str(n), previous, f"m{n}")
         spans.append(len({ref.batch for ref in manifest.chunks}))
         previous = manifest
     assert max(spans) == MAX_BATCHES and min(spans[MAX_BATCHES:]) == 1  # then all anew
@@ -217,7 +216,7 @@ def test_a_manifest_that_does_not_match_its_chunks_is_refused() -> None:
     log = Log()
     log.add("user", "q", actor=Actor(type="user"))
     log.request()
-    chunks, manifest = plan_materialization(log.state(), "a", fold_version=1, **TINY)
+    chunks, manifest = _plan(log.state(), "a")
     with pytest.raises(ValueError, match="missing or not the one named"):
         restore_state(AgentContext, manifest, chunks[1:])
     other = chunks[0].model_copy(update={"sha256": "0" * 64})
