@@ -27,14 +27,18 @@ be rendered, naming the field at fault; the stored types raise pydantic's Valida
 
 from __future__ import annotations
 
+import json
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from .canonical import canonical_json, check_json_value, dumps, loads, sha256_hex
+from .canonical import canonical_json, check_json_value, loads, sha256_hex
 from .errors import RenderError
 
 __all__ = [
@@ -348,28 +352,58 @@ def register_renderer(transport: Transport, renderer: Renderer) -> None:
     _RENDERERS[transport] = renderer
 
 
+# Rendered bodies by (transport, request): the agent measures a request before sending the
+# equal one, so it is assembled, serialized, checked and hashed once. Requests are frozen
+# and compare by value; a few entries cover the requests in flight.
+# The temperature's repr is in the key: -0.0 == 0.0 and 1 == 1.0, but their bytes differ.
+_BODIES: OrderedDict[tuple[str, NeutralRequest, str], RenderedRequest] = OrderedDict()
+_BODIES_MAX = 8
+
+
 def render_request(request: NeutralRequest, transport: Transport) -> RenderedRequest:
-    """Render ``request`` for ``transport``. Pure: equal requests give equal bytes.
+    """Render ``request`` for ``transport``. Pure: equal requests give equal bytes (the
+    latest few are memoized: an equal request is not rendered again).
 
     Raises RenderError when the transport is unknown or the request cannot be sent on it.
     """
+    key = (transport, request, repr(request.temperature))
+    found = _BODIES.get(key)
+    if found is not None:
+        with suppress(KeyError):  # evicted meanwhile by another thread: still the body
+            _BODIES.move_to_end(key)
+        return found
     renderer = _RENDERERS.get(transport)
     if renderer is None:
         raise RenderError(
             f"unknown transport {transport!r}; expected one of {list(TRANSPORTS)} "
             "(import contextfold.render to register the built-in renderers)"
         )
-    body = renderer(request)
+    # Insertion order, not sorted keys: each transport builds its body in the provider's
+    # read order with the history last, so consecutive requests share a byte prefix as
+    # long as their content does. Building is pure, so this is as deterministic as sorting.
+    rendered = RenderedRequest(transport=transport, body=_encode(renderer(request), transport))
+    _BODIES[key] = rendered
+    if len(_BODIES) > _BODIES_MAX:
+        _BODIES.popitem(last=False)
+    return rendered
+
+
+def _encode(body: dict[str, Any], transport: Transport) -> bytes:
+    """The compact JSON of ``body``, checked in the one encode: orjson refuses every
+    non-JSON value but non-finite floats, which it writes as ``null``; only a body whose
+    bytes hold a ``null`` is checked for them, in C, and walked only to name the fault."""
+    where = f"{transport} body"
     try:
-        # Insertion order, not sorted keys: each transport builds its body in the
-        # provider's read order with the history last, so consecutive requests share a
-        # byte prefix as long as their content does. Building is pure, so this is as
-        # deterministic as sorting.
-        check_json_value(body, where=f"{transport} body")
-        data = dumps(body)
-    except ValueError as exc:
-        raise RenderError(f"{transport} body is not plain JSON: {exc}") from exc
-    return RenderedRequest(transport=transport, body=data)
+        data = orjson.dumps(body)
+        if b"null" in data:
+            json.dumps(body, allow_nan=False, check_circular=False)
+    except (TypeError, ValueError) as exc:
+        try:
+            check_json_value(body, where=where)  # names the field at fault
+        except ValueError as named:
+            raise RenderError(f"{transport} body is not plain JSON: {named}") from named
+        raise RenderError(f"{transport} body is not plain JSON: {where}: {exc}") from exc
+    return data
 
 
 def render_body(request: NeutralRequest, transport: Transport) -> bytes:

@@ -46,7 +46,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -297,10 +297,9 @@ class _Pairing:
         self.content_limit = content_limit
 
     def message(self, item: ContextItem, role: Role) -> NeutralMessage:
-        return _with_images(self._message(item, role), item)
+        return item_message(item, self._decide(item, role), content_limit=self.content_limit)
 
-    def _message(self, item: ContextItem, role: Role) -> NeutralMessage:
-        text = render_item(item, content_limit=self.content_limit)
+    def _decide(self, item: ContextItem, role: Role) -> _Sent:
         if role == "assistant":
             ids = [call.id for call in item.tool_calls]
             if (
@@ -309,17 +308,64 @@ class _Pairing:
                 and not self.calls.intersection(ids)
             ):
                 self.calls.update(ids)
-                return NeutralMessage(role="assistant", content=text, tool_calls=item.tool_calls)
-            if item.tool_calls:
-                text += _tool_calls_text(item)
-            return NeutralMessage(role="assistant", content=text)
+                return "calls"
+            return "unverified"
         if role == "tool":
             call_id = item.tool_call_id
             if call_id is not None and call_id in self.calls and call_id not in self.answered:
                 self.answered.add(call_id)
-                return NeutralMessage(role="tool", content=text, tool_call_id=call_id)
-            return NeutralMessage(role="user", content=text)
-        return NeutralMessage(role=role, content=text)
+                return "tool"
+            return "user"
+        return role
+
+
+_Sent = Literal["system", "developer", "user", "assistant", "tool", "calls", "unverified"]
+"""How an item goes out: as a message of that role; ``calls`` is an assistant message with
+its tool calls, ``unverified`` one with its calls as text."""
+
+# Item messages by (id(item), how it is sent, content_limit), like the rendered texts: each
+# entry holds its item, so an id is never reused while cached. Equal requests then share
+# their message objects, and comparing them (the body memo) costs little.
+_MESSAGES: OrderedDict[tuple[int, str, int | None], tuple[ContextItem, NeutralMessage]] = (
+    OrderedDict()
+)
+_MESSAGES_MAX = 65_536
+
+
+def item_message(
+    item: ContextItem, sent: _Sent, *, content_limit: int | None = None
+) -> NeutralMessage:
+    """The message of ``item`` sent as ``sent``, its images included. Memoized (bounded)."""
+    key = (id(item), sent, content_limit)
+    found = _MESSAGES.get(key)
+    if found is not None and found[0] is item:
+        with suppress(KeyError):  # evicted meanwhile by another thread: still the message
+            _MESSAGES.move_to_end(key)
+        return found[1]
+    message = _with_images(_item_message(item, sent, content_limit), item)
+    _MESSAGES[key] = (item, message)
+    if len(_MESSAGES) > _MESSAGES_MAX:
+        _MESSAGES.popitem(last=False)
+    return message
+
+
+def _item_message(item: ContextItem, sent: _Sent, content_limit: int | None) -> NeutralMessage:
+    text = render_item(item, content_limit=content_limit)
+    if sent == "calls":
+        return NeutralMessage(role="assistant", content=text, tool_calls=item.tool_calls)
+    if sent == "unverified":
+        if item.tool_calls:
+            text += _tool_calls_text(item)
+        return NeutralMessage(role="assistant", content=text)
+    if sent == "tool":
+        return NeutralMessage(role="tool", content=text, tool_call_id=item.tool_call_id)
+    return NeutralMessage(role=sent, content=text)
+
+
+def _lane_message(item: ContextItem, role: Role, content_limit: int | None) -> NeutralMessage:
+    if role == "tool":  # a lane item answers no call: refused as a tool message without one
+        return NeutralMessage(role="tool", content=render_item(item, content_limit=content_limit))
+    return item_message(item, role, content_limit=content_limit)
 
 
 def _with_breakpoint(messages: list[NeutralMessage]) -> None:
@@ -383,16 +429,7 @@ def build_request(
     trusted = header.trusted_actor_types  # from the journal, never the live registry
 
     limit = header.content_limit
-    lane = [
-        _with_images(
-            NeutralMessage(
-                role=wire_role(i, developer, trusted),
-                content=render_item(i, content_limit=limit),
-            ),
-            i,
-        )
-        for i in system
-    ]
+    lane = [_lane_message(i, wire_role(i, developer, trusted), limit) for i in system]
     # Untrusted system-lane items (user on the wire) go after the trusted prefix, ahead of
     # history: in lane order one would end Anthropic's leading system run, demoting every
     # trusted item after it. So the cached instruction prefix never depends on external
