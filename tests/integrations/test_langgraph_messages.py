@@ -288,3 +288,95 @@ def test_a_sync_graph_needs_a_sync_journal_to_record() -> None:
         hook.invoke({"messages": [HumanMessage("hi")]})
     with pytest.raises(cf.InvalidInputError, match="together"):
         budgeted_messages(budget=10, journal=journal)
+
+
+def _reference(messages: list[BaseMessage], budget: float, keep_newest: int) -> MessagesView:
+    """The view by its definition: every unit a segment of a ContextView dropping the oldest,
+    the trusted system messages its summary."""
+    fold = cf.SegmentedFold("reference_units", data=Any)
+    pinned: list[tuple[int, BaseMessage]] = []
+    units: list[tuple[int, tuple[BaseMessage, ...]]] = []
+    unpaired: list[BaseMessage] = []
+    downgraded: list[BaseMessage] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if isinstance(m, SystemMessage):
+            if actor_of(m) is None:
+                pinned.append((i, m))
+            else:
+                downgraded.append(m)
+                kwargs = m.additional_kwargs
+                units.append((i, (HumanMessage(m.content, id=m.id, additional_kwargs=kwargs),)))
+            i += 1
+        elif isinstance(m, AIMessage) and m.tool_calls:
+            calls = [c["id"] for c in m.tool_calls]
+            end, seen = i + 1, set[str]()
+            while end < len(messages):
+                r = messages[end]
+                if not isinstance(r, ToolMessage) or r.tool_call_id not in {*calls} - seen:
+                    break
+                seen.add(r.tool_call_id)
+                end += 1
+            (units.append((i, tuple(messages[i:end]))) if seen == set(calls)
+             else unpaired.extend(messages[i:end]))  # fmt: skip
+            i = end
+        elif isinstance(m, ToolMessage):
+            unpaired.append(m)
+            i += 1
+        else:
+            units.append((i, (m,)))
+            i += 1
+    view = cf.ContextView(
+        fold,
+        count=lambda s: sum(count(m) for m in s.data),
+        count_summary=lambda summary: sum(count(m) for _, m in summary),
+        strategies=[cf.drop_oldest(keep_from=cf.newest(keep_newest))],
+    )
+    state = cf.SegmentedState([cf.Segment(str(s), u) for s, u in units], pinned or None)
+    result = view(state, budget=budget)
+    kept = {s.id for s in result.state.segments}
+    chosen = [*pinned, *((s + k, m) for s, u in units if str(s) in kept for k, m in enumerate(u))]
+    dropped = [m for s, u in units if str(s) not in kept for m in u]
+    return MessagesView(
+        tuple(m for _, m in sorted(chosen, key=lambda p: p[0])), float(result.tokens),
+        float(budget), tuple(dropped), tuple(unpaired), tuple(downgraded),
+    )  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(messages=conversations(), budget=st.integers(min_value=1, max_value=400),
+       keep_newest=st.integers(min_value=0, max_value=3))  # fmt: skip
+def test_the_view_walked_from_the_newest_end_is_the_view_by_definition(
+    messages: list[BaseMessage], budget: int, keep_newest: int
+) -> None:
+    view = budget_messages(messages, budget=budget, count_tokens=count, keep_newest=keep_newest)
+    assert view == _reference(messages, budget, keep_newest)
+    assert budget_messages(tuple(messages), budget=budget, count_tokens=count,
+                           keep_newest=keep_newest) == view  # fmt: skip
+
+
+_READ: list[str | None] = []
+
+
+class _Watched(AIMessage):
+    """An AI message noting every read of its tool calls."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name == "tool_calls":
+            _READ.append(object.__getattribute__(self, "id"))
+        return super().__getattribute__(name)
+
+
+def test_a_view_reads_only_what_it_keeps_and_the_rest_when_asked() -> None:
+    messages: list[BaseMessage] = [SystemMessage("rules", id="s")]
+    for n in range(500):
+        messages += [HumanMessage("q" * 9, id=f"h{n}"), _Watched(content="a" * 9, id=f"a{n}")]
+    _READ.clear()
+    view = budget_messages(messages, budget=100, count_tokens=count)
+    # 9 messages of 10 tokens after the system message's 6: the newest 9, from a495 on.
+    assert [m.id for m in view.messages] == ["s", *(m.id for m in messages[-9:])]
+    assert _READ and set(_READ) <= {m.id for m in view.messages}
+    assert len(view.dropped) == 991 and view.dropped[0].id == "h0"
+    assert len(_READ) > 500  # asked for: the whole list was read for what was left out
+    assert view == _reference(messages, 100, 1)

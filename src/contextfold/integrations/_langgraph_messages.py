@@ -4,9 +4,12 @@
 pinned, an AI message with tool calls and the tool messages answering all its calls (right
 after it) are one unit, any other message is a unit of its own. A tool call without all its
 results, or a result without its call, is left out whole (``unpaired``): a provider refuses
-either. Units are dropped from the oldest end (contextfold's :class:`~contextfold.ContextView`
-with ``drop_oldest``) until the view fits the budget; the system messages and the newest
-``keep_newest`` units are never dropped.
+either. Units are dropped from the oldest end until the view fits the budget, as
+contextfold's :class:`~contextfold.ContextView` with ``drop_oldest`` drops segments; the
+system messages and the newest ``keep_newest`` units are never dropped. A view costs what
+it keeps: it walks back from the newest unit and stops at the first that does not fit
+(system messages are found by their type), so only the kept units are read and counted;
+what was left out is worked out when first asked for.
 
 Trust follows contextfold's rule (``context.trust``): a message marked with an actor
 (:func:`untrusted`, or ``additional_kwargs["contextfold_actor"]``) that is not trusted never
@@ -21,9 +24,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import orjson
 from langchain_core.messages import (
@@ -45,12 +48,10 @@ from ..context.trust import is_trusted, trusted_extensions
 from ..errors import InvalidInputError
 from ..events import Envelope
 from ..folds.fold import Fold
-from ..folds.segmented import Segment, SegmentedFold, SegmentedState
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
-from ..views.strategies import drop_oldest, newest
 from ..views.tokens import approx_tokens
-from ..views.view import ContextView, check_budget
+from ..views.view import check_budget
 from ..wire import ToolCall
 from ._journal_bridge import JournalBridge
 
@@ -75,16 +76,17 @@ MESSAGE_REF = "langgraph-message"
 
 @dataclass(frozen=True, slots=True)
 class MessagesView:
-    """What the model is handed, and what was left out of it (each oldest first)."""
+    """What the model is handed, and what was left out of it (each oldest first; the
+    left-out lists are worked out from the whole list when first read)."""
 
     messages: tuple[BaseMessage, ...]
     tokens: float
     budget: float
-    dropped: tuple[BaseMessage, ...]
+    dropped: Sequence[BaseMessage]
     """Whole units trimmed to fit the budget."""
-    unpaired: tuple[BaseMessage, ...]
+    unpaired: Sequence[BaseMessage]
     """Tool calls missing a result, and results missing their call."""
-    downgraded: tuple[BaseMessage, ...]
+    downgraded: Sequence[BaseMessage]
     """Untrusted system messages (as given), sent as human messages."""
 
     @property
@@ -126,6 +128,10 @@ def actor_of(message: BaseMessage) -> Actor | None:
         ) from exc
 
 
+def _system_like_type(cls: type) -> bool:
+    return issubclass(cls, (SystemMessage, ChatMessage))
+
+
 def _system_like(message: BaseMessage) -> bool:
     if isinstance(message, SystemMessage):
         return True
@@ -153,10 +159,13 @@ class _Units:
     downgraded: list[BaseMessage]
 
 
-def _units(messages: Sequence[BaseMessage]) -> _Units:
+def _units(messages: Sequence[BaseMessage], start: int = 0, stop: int | None = None) -> _Units:
+    """The units of ``messages[start:stop]``, read from its first message on (``start`` must
+    begin a unit or be 0, ``stop`` begin one or be the end)."""
     found = _Units([], [], [], [])
-    i = 0
-    while i < len(messages):
+    end_of = len(messages) if stop is None else stop
+    i = start
+    while i < end_of:
         message = messages[i]
         if _system_like(message):
             if _trusted(message):
@@ -169,7 +178,7 @@ def _units(messages: Sequence[BaseMessage]) -> _Units:
             calls = [call.get("id") for call in message.tool_calls]
             answered: set[str] = set()
             end = i + 1
-            while end < len(messages):
+            while end < end_of:
                 result = messages[end]
                 if not isinstance(result, ToolMessage) or result.tool_call_id not in calls:
                     break
@@ -191,7 +200,79 @@ def _units(messages: Sequence[BaseMessage]) -> _Units:
     return found
 
 
-_UNITS: SegmentedFold = SegmentedFold("langgraph_message_units", data=Any)
+def _newest_first(messages: Sequence[BaseMessage]) -> Iterator[tuple[int, tuple[Any, ...]]]:
+    """The units of ``messages``, newest first, each read as a pass from the first message
+    reads it: only tool messages continue a unit, so any other message begins one."""
+    stop = len(messages)
+    while stop > 0:
+        head = stop - 1
+        while head > 0 and isinstance(messages[head], ToolMessage):
+            head -= 1
+        yield from reversed(_units(messages, head, stop).units)
+        stop = head
+
+
+def _pinned(messages: Sequence[BaseMessage], types: list[type]) -> list[tuple[int, BaseMessage]]:
+    """The trusted system messages of ``messages`` (``types``: the type of each), found by
+    their type without reading the others."""
+    system = [t for t in set(types) if issubclass(t, (SystemMessage, ChatMessage))]
+    found: list[int] = []
+    for kind in system:
+        at = -1
+        try:
+            while True:
+                at = types.index(kind, at + 1)
+                found.append(at)
+        except ValueError:
+            pass
+    found.sort()
+    return [(i, messages[i]) for i in found if _system_like(messages[i]) and _trusted(messages[i])]
+
+
+class _LeftOut:
+    """What a view left out, worked out from the whole list once, when first asked."""
+
+    __slots__ = ("_done", "_first_kept", "_messages")
+
+    def __init__(self, messages: Sequence[BaseMessage], first_kept: int) -> None:
+        self._messages, self._first_kept = messages, first_kept
+        self._done: tuple[tuple[BaseMessage, ...], ...] | None = None
+
+    def get(self, which: int) -> tuple[BaseMessage, ...]:
+        if self._done is None:
+            found = _units(self._messages)
+            dropped = [m for start, unit in found.units if start < self._first_kept for m in unit]
+            self._done = (tuple(dropped), tuple(found.unpaired), tuple(found.downgraded))
+        return self._done[which]
+
+
+class _Lazy(Sequence[BaseMessage]):
+    """One of a view's left-out lists (a read-only sequence equal to the tuple it holds)."""
+
+    __slots__ = ("_left_out", "_which")
+
+    def __init__(self, left_out: _LeftOut, which: int) -> None:
+        self._left_out, self._which = left_out, which
+
+    @overload
+    def __getitem__(self, index: int) -> BaseMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[BaseMessage]: ...
+    def __getitem__(self, index: int | slice) -> BaseMessage | Sequence[BaseMessage]:
+        return self._left_out.get(self._which)[index]
+
+    def __len__(self) -> int:
+        return len(self._left_out.get(self._which))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return self._left_out.get(self._which) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._left_out.get(self._which))
 
 
 def _checked_counter(count_tokens: Counter | None) -> Counter:
@@ -241,40 +322,46 @@ def budget_messages(
     count, or input that is not a message list.
     """
     limit = _checked_budget(budget, keep_newest)
-    try:
-        given = convert_to_messages(messages)
-    except (NotImplementedError, ValueError, TypeError) as exc:
-        raise InvalidInputError(f"budget_messages takes a list of messages: {exc}") from exc
+    given = _as_messages(messages)
     count = _checked_counter(count_tokens)
-    found = _units(given)
-    pinned = tuple(message for _, message in found.pinned)
-    state: SegmentedState[Any, Any] = SegmentedState(
-        [Segment(str(start), unit) for start, unit in found.units], pinned or None
-    )
-    view = ContextView(
-        _UNITS,
-        count=lambda segment: sum(count(m) for m in segment.data),
-        count_summary=lambda summary: sum(count(m) for m in summary),
-        strategies=[drop_oldest(keep_from=newest(keep_newest))],
-    )
-    result = view(state, budget=limit)
-    kept = {segment.id for segment in result.state.segments}
-    chosen = list(found.pinned)
-    dropped: list[BaseMessage] = []
-    for start, unit in found.units:
-        if str(start) in kept:
-            chosen.extend((start + offset, m) for offset, m in enumerate(unit))
-        else:
-            dropped.extend(unit)
+    types = list(map(type, given))
+    if any(issubclass(t, ToolMessage) and _system_like_type(t) for t in set(types)):
+        whole = _units(given)  # a system message that can answer a tool call: read them all
+        pinned, units = whole.pinned, iter(reversed(whole.units))
+    else:
+        pinned, units = _pinned(given, types), _newest_first(given)
+    # As a ContextView with drop_oldest(keep_from=newest(keep_newest)) over the units with
+    # the pinned messages as its summary: counted in the same order, so the same tokens.
+    total: float = sum(count(m) for _, m in pinned) if pinned else 0.0
+    kept: list[tuple[int, tuple[BaseMessage, ...]]] = []
+    for rank, (start, unit) in enumerate(units):
+        tokens = sum(count(m) for m in unit)
+        if rank >= keep_newest and total + tokens > limit:
+            break
+        total += tokens
+        kept.append((start, unit))
+    chosen = [*pinned, *((start + i, m) for start, unit in kept for i, m in enumerate(unit))]
     chosen.sort(key=lambda pair: pair[0])
+    left_out = _LeftOut(given, kept[-1][0] if kept else len(given))
     return MessagesView(
         messages=tuple(m for _, m in chosen),
-        tokens=float(result.tokens),
+        tokens=float(total),
         budget=limit,
-        dropped=tuple(dropped),
-        unpaired=tuple(found.unpaired),
-        downgraded=tuple(found.downgraded),
+        dropped=_Lazy(left_out, 0),
+        unpaired=_Lazy(left_out, 1),
+        downgraded=_Lazy(left_out, 2),
     )
+
+
+def _as_messages(messages: Iterable[Any]) -> list[BaseMessage]:
+    if isinstance(messages, (list, tuple)):
+        given = list(messages)
+        if all(issubclass(t, BaseMessage) for t in set(map(type, given))):
+            return given
+    try:
+        return convert_to_messages(messages)
+    except (NotImplementedError, ValueError, TypeError) as exc:
+        raise InvalidInputError(f"budget_messages takes a list of messages: {exc}") from exc
 
 
 # -- recording --------------------------------------------------------------------------------
