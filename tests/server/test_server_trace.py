@@ -4,14 +4,19 @@ paging, the transcript's sessions; mistakes answer 404 or 400 and write nothing.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import schemathesis
 from server_helpers import Running, running
 
 import contextfold as cf
 from contextfold.server import create_app
+from contextfold.server.body import DEFAULT_MAX_BODY_BYTES
+from contextfold.server.openapi import openapi_schema
 from contextfold.telemetry import shared_prefix
 from contextfold.timeline import Price, PriceTable
 from contextfold.transcript.parts import Message
@@ -200,3 +205,34 @@ async def test_sessions_list_the_transcript_and_say_what_is_live(
     assert [s["id"] for s in every["sessions"]] == ["agents/trace/run-1", "other"]
     assert [s["id"] for s in mine["sessions"]] == ["agents/trace/run-1"]
     assert every["transcript"] is True and every["live"] is False
+
+
+async def test_real_answers_match_the_openapi_document(
+    server: Running, journal: cf.Journal
+) -> None:
+    """Each trace route on a real session answers 200 in the shape its schema documents."""
+    offsets = await _session(journal, questions=1)
+    document = openapi_schema(
+        max_body_bytes=DEFAULT_MAX_BODY_BYTES, authenticated=False, namespaced=False
+    )
+    schema = schemathesis.openapi.from_dict(document)
+    reads: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+        ("/v1/streams/{stream}/trace", {"stream": STREAM}, {"limit": 5}),
+        ("/v1/streams/{stream}/trace/{offset}", {"stream": STREAM, "offset": offsets[1]}, {}),
+        ("/v1/streams/{stream}/context/{offset}", {"stream": STREAM, "offset": offsets[0]}, {}),
+        ("/v1/streams/{stream}/search", {"stream": STREAM}, {"q": "question"}),
+        ("/v1/streams/{stream}/stats", {"stream": STREAM}, {}),
+        ("/v1/sessions", {}, {}),
+    ]
+    checks = [
+        schemathesis.checks.not_a_server_error,
+        schemathesis.checks.status_code_conformance,
+        schemathesis.checks.content_type_conformance,
+        schemathesis.checks.response_schema_conformance,
+    ]
+    for path, parameters, query in reads:
+        case = schema[path]["GET"].Case(path_parameters=parameters, query=query)
+        response = await asyncio.to_thread(
+            case.call_and_validate, base_url=server.url, timeout=10, checks=checks
+        )
+        assert response.status_code == 200, (path, response.text)
