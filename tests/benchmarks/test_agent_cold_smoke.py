@@ -15,7 +15,7 @@ import contextfold as cf
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "agent_cold.py"
 RATIO = re.compile(r"^RATIO agent_cold_100k_vs_1k (\d+\.\d{2}) target <= 3\.0$")
-SIZE = re.compile(r"^ +(\d+) events   first request of a restarted agent +\d+\.\d{2} ms ")
+SIZE = re.compile(r"^ +(\d+) events   first request of a restarted agent +\d+\.\d{2} ms CPU, ")
 
 
 @pytest.fixture(scope="module")
