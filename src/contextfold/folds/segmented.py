@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from threading import Lock
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import TypeAdapter, ValidationError
@@ -45,30 +46,37 @@ class Segment(Generic[D]):
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
 
-# Segment id -> positions (ascending), as levels of dicts, oldest (and largest) first. A level
-# never changes once made, so states share them: an open adds a level and merges the ones no
-# larger than it (a binary counter), so an open costs O(log n) amortized and a lookup
-# O(log n) dict lookups. Not a pyrsistent pmap: a young-generation GC pass traverses a new
-# pvector whole (shared nodes too), and the pmap's made each open ~7x slower at 100k segments.
-_Ids = tuple[dict[str, tuple[int, ...]], ...]
+# The concrete vector type: PVector is an abstract base class, and an isinstance check
+# against it (its __instancecheck__) cost more than the append it guarded in every handler.
+_PVECTOR: type[Any] = type(pvector())
 
 
-def _index(segments: Sequence[Segment[Any]]) -> _Ids:
-    ids: dict[str, tuple[int, ...]] = {}
-    for position, segment in enumerate(segments):
-        ids[segment.id] = (*ids.get(segment.id, ()), position)
-    return (ids,)
+class _Ids:
+    """Segment id -> positions (ascending), shared by a line of states: an open by the
+    newest state (the one as long as the index) appends to it in place, O(1); an open by
+    an older one (a fork) gets no index and builds its own on its first attach. A state
+    reads only the positions below its length, which its own segments wrote. Not a
+    pyrsistent pmap: a young-generation GC pass traverses its new nodes, and merging
+    immutable levels cost O(log n) per open, growing with the history."""
 
+    __slots__ = ("_lock", "length", "positions")
 
-def _indexed(ids: _Ids, segment_id: str, position: int) -> _Ids:
-    level: dict[str, tuple[int, ...]] = {segment_id: (position,)}
-    while ids and len(ids[-1]) <= len(level):
-        older, ids = ids[-1], ids[:-1]
-        if older.keys().isdisjoint(level):
-            level = {**older, **level}
-        else:
-            level = {**older, **{k: (*older.get(k, ()), *v) for k, v in level.items()}}
-    return (*ids, level)
+    def __init__(self, segments: Sequence[Segment[Any]]) -> None:
+        self.positions: dict[str, list[int]] = {}
+        for position, segment in enumerate(segments):
+            self.positions.setdefault(segment.id, []).append(position)
+        self.length = len(segments)
+        self._lock = Lock()
+
+    def opened(self, segment_id: str, position: int) -> _Ids | None:
+        """This index with the segment at ``position`` added, or None when a later state
+        took that position already (the opening state is a fork)."""
+        with self._lock:
+            if self.length != position:
+                return None
+            self.positions.setdefault(segment_id, []).append(position)
+            self.length += 1
+            return self
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,16 +90,19 @@ class SegmentedState(Generic[D, M]):
     _ids: _Ids | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.segments, PVector):
+        if type(self.segments) is not _PVECTOR:
             object.__setattr__(self, "segments", pvector(self.segments))
 
     def _positions(self, segment_id: str) -> Iterator[int]:
         """The positions of the segments with this id, newest first."""
-        if self._ids is None:
-            object.__setattr__(self, "_ids", _index(self.segments))
-        assert self._ids is not None
-        for level in reversed(self._ids):
-            yield from reversed(level.get(segment_id, ()))
+        ids = self._ids
+        if ids is None:
+            ids = _Ids(self.segments)
+            object.__setattr__(self, "_ids", ids)
+        length = len(self.segments)
+        for position in reversed(ids.positions.get(segment_id, ())):
+            if position < length:
+                yield position
 
     def __iter__(self) -> Iterator[Segment[D]]:
         return iter(self.segments)
@@ -103,7 +114,10 @@ class SegmentedState(Generic[D, M]):
 def _derived(
     segments: PVector[Segment[Any]], summary: Any, ids: _Ids | None
 ) -> SegmentedState[Any, Any]:
-    state: SegmentedState[Any, Any] = SegmentedState(segments, summary)
+    # Not through __init__: the vector is one already, and this runs in every handler.
+    state: SegmentedState[Any, Any] = object.__new__(SegmentedState)
+    object.__setattr__(state, "segments", segments)
+    object.__setattr__(state, "summary", summary)
     object.__setattr__(state, "_ids", ids)
     return state
 
@@ -177,11 +191,10 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                         f"fold {self.name}: open handler for {env.type} must return a Segment"
                     )
                 segment = Segment(segment.id, freeze(segment.data))
-                segments = state.segments
-                assert isinstance(segments, PVector)
+                segments: Any = state.segments  # a pvector (__post_init__ makes one)
                 ids = state._ids
                 if ids is not None:
-                    ids = _indexed(ids, segment.id, len(segments))
+                    ids = ids.opened(segment.id, len(segments))
                 return _derived(segments.append(segment), state.summary, ids)
 
             self._register(event, apply)
@@ -211,8 +224,7 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                 state: SegmentedState[Any, Any], env: Envelope[Any]
             ) -> SegmentedState[Any, Any]:
                 target = to(env)
-                segments = state.segments
-                assert isinstance(segments, PVector)
+                segments: Any = state.segments  # a pvector (__post_init__ makes one)
                 for index in state._positions(target):
                     segment = segments[index]
                     if kind is not None and tag is not None and _kind_of(segment.data, tag) != kind:
