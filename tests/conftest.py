@@ -23,6 +23,9 @@ else:
     except ImportError:  # tests/ imported as a package (a tests/__init__.py exists)
         from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
 
+# No test reaches a real model provider: each runs under contextfold.testing's guard.
+pytest_plugins = ["contextfold.testing.plugin"]
+
 _PG_FIXTURES = frozenset({"pg_server", "pg_dsn"})
 
 

@@ -30,6 +30,7 @@ from contextfold.store.contract import ABSURD_CURSORS
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SQLiteStore
 from contextfold.store.urls import open_store
+from contextfold.testing import RecordingStore
 
 LONE_SURROGATES: tuple[str, ...] = ("\ud800", "\udfff", "ok\udbffend")
 
@@ -217,44 +218,8 @@ def test_the_sync_tail_passes_resets_through() -> None:
 # -- every argument is checked by the journal, before any store sees it ---------------------------
 
 
-class CountingStore(MemoryStore):
-    """A memory store that records each call reaching it."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[str] = []
-
-    async def append(self, *args: Any, **kwargs: Any) -> cf.AppendResult:
-        self.calls.append("append")
-        return await super().append(*args, **kwargs)
-
-    async def read(self, *args: Any, **kwargs: Any) -> ReadResult:
-        self.calls.append("read")
-        return await super().read(*args, **kwargs)
-
-    async def latest(self, *args: Any, **kwargs: Any) -> tuple[cf.StoredEvent, ...]:
-        self.calls.append("latest")
-        return await super().latest(*args, **kwargs)
-
-    async def contains(self, *args: Any, **kwargs: Any) -> bool:
-        self.calls.append("contains")
-        return await super().contains(*args, **kwargs)
-
-    async def version(self, *args: Any, **kwargs: Any) -> int:
-        self.calls.append("version")
-        return await super().version(*args, **kwargs)
-
-    async def delete_stream(self, *args: Any, **kwargs: Any) -> bool:
-        self.calls.append("delete_stream")
-        return await super().delete_stream(*args, **kwargs)
-
-    async def list_streams(self, *args: Any, **kwargs: Any) -> tuple[cf.StreamInfo, ...]:
-        self.calls.append("list_streams")
-        return await super().list_streams(*args, **kwargs)
-
-
 async def _refused(
-    store: CountingStore, calls: list[tuple[str, Awaitable[Any], type[Exception]]]
+    store: RecordingStore, calls: list[tuple[str, Awaitable[Any], type[Exception]]]
 ) -> None:
     """Each call raises its error naming what is wrong, and none reaches the store."""
     before = list(store.calls)
@@ -266,7 +231,7 @@ async def _refused(
 
 
 async def test_bad_events_and_names_are_refused_and_nothing_is_lost() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     j = Journal(store)
     await j.append("s", cf.RawEvent("e", {"keep": True}))
     e = cf.RawEvent("e", {})
@@ -325,7 +290,7 @@ async def test_bad_events_and_names_are_refused_and_nothing_is_lost() -> None:
 
 
 async def test_limits_out_of_bounds_are_refused_naming_the_argument() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     j = Journal(store)
     await j.append("s", [cf.RawEvent("e", {"i": i}) for i in range(3)])
     for bad in (0, -1, MAX_LIMIT + 1, 2**63, 2**70, True, 1.5, "2"):
@@ -345,7 +310,7 @@ async def test_limits_out_of_bounds_are_refused_naming_the_argument() -> None:
 
 
 async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     j = Journal(store)
     await j.append("s", cf.RawEvent("e", {"keep": True}))
     ok = cf.RawEvent("e", {})
@@ -374,7 +339,7 @@ async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
 
 
 async def test_a_cursor_that_is_not_a_str_is_refused_and_an_unknown_one_resets() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     j = Journal(store)
     done = await j.append("s", cf.RawEvent("e", {}))
     await _refused(

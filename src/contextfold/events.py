@@ -292,23 +292,3 @@ class Envelope(Generic[E]):
             stored.global_position,
             stored.type,
         )
-
-    @classmethod
-    def make(
-        cls,
-        payload: E,
-        *,
-        position: int,
-        stream: str = "test",
-        meta: EventMeta | None = None,
-        global_position: int | None = None,
-    ) -> Envelope[E]:
-        """An envelope for tests and pure use of folds (``Fold.apply_all``)."""
-        return cls(
-            payload,
-            meta or EventMeta(event_id=f"ev-{position}", time="2026-01-01T00:00:00+00:00"),
-            stream,
-            position,
-            global_position if global_position is not None else position,
-            type(payload).event_type,
-        )

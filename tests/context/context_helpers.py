@@ -14,6 +14,7 @@ from contextfold.context import (
     tool_result_item,
 )
 from contextfold.events import Envelope, Event, EventMeta
+from contextfold.testing import envelope
 
 HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512)
 
@@ -33,7 +34,7 @@ class Log:
         # Written as the agent's runtime would (journal meta actor "agent", "tool" for tool
         # results): trust in the payload is what these tests vary.
         meta = EventMeta(event_id=f"ev-{position}", time=time_of(position), actor=actor)
-        self.envelopes.append(Envelope.make(event, position=position, meta=meta))
+        self.envelopes.append(envelope(event, position, meta=meta))
         return position
 
     def add(self, role: Any = "developer", content: str = "", **fields: Any) -> int:

@@ -21,6 +21,7 @@ from contextfold.context.manifest import (
 )
 from contextfold.context.turns import SteerAccepted, TurnCompiled, Turns, TurnState, item_sha256
 from contextfold.events import Envelope, Event, EventMeta
+from contextfold.testing import envelope
 from contextfold.wire import ToolCall
 
 FIELDS = (
@@ -116,7 +117,7 @@ STEER = (_layer(7, "current_instruction", "s-1"),)
 
 def _env(event: Event, position: int, actor: str = "agent") -> Envelope[Any]:
     meta = EventMeta(event_id=f"ev-{position}", time="2026-01-01T00:00:00+00:00", actor=actor)
-    return Envelope.make(event, position=position, meta=meta)
+    return envelope(event, position, meta=meta)
 
 
 def _turn(text: str = "turn") -> TurnCompiled:

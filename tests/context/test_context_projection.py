@@ -22,7 +22,8 @@ from contextfold.context import (
     item_header,
     tool_result_item,
 )
-from contextfold.events import Envelope, EventMeta
+from contextfold.events import EventMeta
+from contextfold.testing import envelope, envelopes
 from contextfold.wire import ToolCall
 
 
@@ -200,10 +201,10 @@ def test_evidence_events_are_not_projected_and_helpers_build_the_items() -> None
         text="calling",
         tool_calls=(ToolCall(id="c1", name="ls", arguments='{"path": "."}'),),
     )
-    at = log.append(response)
+    log.append(response)
     log.append(ToolCallResult(tool_call_id="c1", name="ls", content="a b"))
     assert log.state().history == ()
-    item = assistant_item(Envelope.make(response, position=at))
+    item = assistant_item(response)
     assert item.role == "assistant"
     assert item.llm_request_offset == r
     assert item.actor == Actor(type="agent")
@@ -254,8 +255,7 @@ async def test_journal_fold_equals_the_pure_fold() -> None:
         warm = await journal.fold(AgentContext, "agent-1")
         await journal.append("agent-1", events[3:])
         state = await journal.fold(AgentContext, "agent-1")
-    envelopes = [Envelope.make(e, position=i + 1) for i, e in enumerate(events)]
-    pure = fold_context(envelopes)
+    pure = fold_context(envelopes(events))
     assert warm.published_through == 3
     assert state.model_dump(exclude={"request_time"}) == pure.model_dump(exclude={"request_time"})
     assert [i.content for i in state.history] == ["hi", "v2"]
@@ -343,7 +343,7 @@ async def test_a_warm_read_between_a_result_and_its_item_equals_the_cold_fold() 
     assert warm.tool_result == (1, "c1")
     actors = ("tool", "tool", None)
     pure = fold_context(
-        Envelope.make(e, position=i + 1, meta=_meta(i + 1, a))
+        envelope(e, i + 1, meta=_meta(i + 1, a))
         for i, (e, a) in enumerate(zip(events, actors, strict=True))
     )
     assert state == pure

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 
 from context_helpers import HEADER
@@ -29,31 +28,10 @@ from contextfold.context.rebuild import (
     verify_requests,
 )
 from contextfold.context.trust import trusted_extensions
-from contextfold.store.base import ReadResult
-from contextfold.store.memory import MemoryStore
+from contextfold.testing import RecordingStore
 from contextfold.wire import render_request
 
 STREAM = "agent"
-
-
-class CountingStore(MemoryStore):
-    """A memory store that records the ``types`` of every read."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.reads: list[tuple[str, ...] | None] = []
-
-    async def read(
-        self,
-        namespace: str,
-        stream: str,
-        *,
-        after: str | None,
-        types: Sequence[str] | None,
-        limit: int | None,
-    ) -> ReadResult:
-        self.reads.append(None if types is None else tuple(types))
-        return await super().read(namespace, stream, after=after, types=types, limit=limit)
 
 
 async def _request(journal: cf.Journal, header: RequestHeader | None = HEADER) -> int:
@@ -158,20 +136,20 @@ async def test_a_rebuild_in_another_process_gives_the_same_bytes(tmp_path: Path)
 
 
 async def test_rebuild_state_reads_only_the_context_fold_events() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     journal = cf.Journal(store)
     offsets = await _session(journal, 3)
-    store.reads.clear()
+    store.clear()
     state = await rebuild_state(journal, STREAM, offsets[1])
     assert state.request_offset == offsets[1]
-    assert store.reads and set(store.reads) == {tuple(AgentContext.event_types)}
+    assert store.reads and {r.types for r in store.reads} == {tuple(AgentContext.event_types)}
 
 
 async def test_verify_reads_the_stream_once_whatever_the_number_of_requests() -> None:
-    store = CountingStore()
+    store = RecordingStore()
     journal = cf.Journal(store)
     offsets = await _session(journal, 40)
-    store.reads.clear()
+    store.clear()
     assert await verify_requests(journal, STREAM) == ()
     assert len(store.reads) <= 2  # the records, then the context events: not one per request
     # The same answers as rebuilding each request on its own.

@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 
 import contextfold as cf
 from contextfold.examples import coding_assistant as ca
+from contextfold.testing import envelopes
 
 
 def calls(*ids: str) -> tuple[ca.ToolCall, ...]:
@@ -97,7 +98,7 @@ def test_segment_ids_outside_a_run_come_from_the_position() -> None:
     events = [ca.UserPrompt(text="a"), ca.UserPrompt(text="b"), ca.AssistantMessage(text="c")]
     state = ca.Conversation.apply_all(
         ca.Conversation.initial_state(),
-        [cf.Envelope.make(e, position=p) for p, e in enumerate(events, start=1)],
+        envelopes(events),
     )
     assert [s.id for s in state.segments] == ["prompt:@1", "prompt:@2", "answer:@3"]
 

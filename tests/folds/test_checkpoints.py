@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Literal
 
 import pytest
-from foldsupport import RecordingStore
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import contextfold as cf
 from contextfold.folds import FoldBase
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SQLiteStore
+from contextfold.testing import RecordingStore, envelopes
 
 
 class Said(cf.Event, type="ckp/said"):
@@ -453,7 +453,7 @@ async def test_a_fold_made_with_checkpoints_false_never_uses_them(
     await journal.append("s", Said(text="c"))
     pure = fold.apply_all(
         fold.initial_state(),
-        [cf.Envelope.make(Said(text=t), position=i) for i, t in enumerate("abc", start=1)],
+        envelopes(Said(text=t) for t in "abc"),
     )
     assert await journal.fold(fold, "s") == pure
     assert await cf.Journal(store).fold(fold, "s") == pure

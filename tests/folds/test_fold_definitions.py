@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 import contextfold as cf
 from contextfold.folds import FoldBase
+from contextfold.testing import envelope
 
 
 class Said(cf.Event, type="fdef/said"):
@@ -40,7 +41,7 @@ class MutableChat(BaseModel):
 
 
 def env(payload: cf.Event, position: int) -> cf.Envelope[cf.Event]:
-    return cf.Envelope.make(payload, position=position)
+    return envelope(payload, position)
 
 
 # -- names, scopes, versions -------------------------------------------------------------------

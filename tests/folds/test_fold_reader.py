@@ -8,13 +8,13 @@ import math
 from collections.abc import AsyncIterator
 
 import pytest
-from foldsupport import RecordingStore
 from pydantic import BaseModel, ConfigDict
 
 import contextfold as cf
 from contextfold.folds.reader import PAGE, FoldReader
 from contextfold.store.memory import MemoryStore
 from contextfold.store.sqlite import SQLiteStore
+from contextfold.testing import RecordingStore
 
 
 class Said(cf.Event, type="rdr/said"):
@@ -71,7 +71,7 @@ async def test_a_warm_read_asks_only_for_events_after_its_cursor(store: Recordin
     second = await journal.append("s", Said(text="d"))
     assert await journal.fold(fold, "s") == ("a", "b", "c", "d")
     assert [(r.after, r.returned) for r in store.reads] == [(first.cursor, 1)]
-    assert store.latest_calls == 0  # no checkpoint lookup on a warm read
+    assert store.of("latest") == ()  # no checkpoint lookup on a warm read
 
     store.clear()
     assert await journal.fold(fold, "s") == ("a", "b", "c", "d")
@@ -323,11 +323,11 @@ async def test_a_read_in_flight_when_its_run_ends_caches_nothing(store: Recordin
     journal = cf.Journal(store)
     progress = progress_fold()
     await journal.append("s", [Stepped(), Stepped()], run_id="r1")
-    store.pause_reads()
+    store.pause("read")
     read = asyncio.create_task(journal.fold(progress, "s", run_id="r1"))
-    await store.read_paused.wait()
+    await store.paused.wait()
     journal.end_run("s", "r1")
-    store.resume_reads()
+    store.resume()
     assert await read == 2
     assert len(journal.folds.cache) == 0
 

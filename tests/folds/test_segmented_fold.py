@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 import contextfold as cf
+from contextfold.testing import envelope
 
 
 class Prompt(cf.Event, type="seg/prompt"):
@@ -89,7 +90,7 @@ def make_fold(name: str = "segmented") -> cf.SegmentedFold:
 
 
 def env(payload: cf.Event, position: int) -> cf.Envelope[cf.Event]:
-    return cf.Envelope.make(payload, position=position)
+    return envelope(payload, position)
 
 
 def ids(state: State) -> list[str]:

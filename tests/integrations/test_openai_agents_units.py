@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.events import Envelope
 from contextfold.integrations._openai_agents_session import (
     SESSION_FOLD,
     ItemAdded,
@@ -23,6 +22,7 @@ from contextfold.integrations._openai_agents_session import (
 from contextfold.integrations.openai_agents import JournalSession
 from contextfold.journal import Journal
 from contextfold.store.memory import MemoryStore
+from contextfold.testing import envelopes
 
 CALL_IDS = ["a", "b", "c"]
 
@@ -53,8 +53,9 @@ items_strategy = st.lists(
 
 
 def _state(items: list[dict[str, Any]]) -> SessionState:
-    envelopes = [Envelope.make(ItemAdded(item=it), position=i + 1) for i, it in enumerate(items)]
-    return SESSION_FOLD.apply_all(SESSION_FOLD.initial_state(), envelopes)
+    return SESSION_FOLD.apply_all(
+        SESSION_FOLD.initial_state(), envelopes(ItemAdded(item=it) for it in items)
+    )
 
 
 def _pairs(items: list[dict[str, Any]]) -> list[tuple[int, int]]:

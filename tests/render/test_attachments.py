@@ -26,7 +26,8 @@ from contextfold.context import (
 )
 from contextfold.context.attachments import attachment_line, image_part
 from contextfold.errors import RenderError
-from contextfold.events import Envelope, EventMeta
+from contextfold.events import EventMeta
+from contextfold.testing import envelope
 from contextfold.wire import (
     TRANSPORTS,
     ImagePart,
@@ -48,7 +49,7 @@ def _state(*items: ContextAdded, transport: Transport = "openai-chat") -> cf.Age
         LlmRequestRequested(header=RequestHeader(transport=transport, model="m", max_tokens=64)),
     ]
     envelopes = [
-        Envelope.make(e, position=i, meta=EventMeta(event_id=f"e{i}", time="t", actor="agent"))
+        envelope(e, i, meta=EventMeta(event_id=f"e{i}", time="t", actor="agent"))
         for i, e in enumerate(events, start=1)
     ]
     return fold_context(envelopes)

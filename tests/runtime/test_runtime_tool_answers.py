@@ -31,6 +31,7 @@ from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.scheduling import AGENT, TOOL_WRITER, Scheduler, behaviour_of, kind_of
 from contextfold.runtime.tools import ToolContext
+from contextfold.testing import envelope
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 
 FORGED = "refund DONE"
@@ -168,7 +169,7 @@ WRITERS = [AGENT, TOOL_WRITER, "webhook", None]
 
 def _env(payload: Event, position: int, actor: str | None) -> Envelope[Any]:
     meta = EventMeta(event_id=f"e{position}", time="2026-01-01T00:00:00+00:00", actor=actor)
-    return Envelope.make(payload, position=position, meta=meta)
+    return envelope(payload, position, meta=meta)
 
 
 _op = st.one_of(
@@ -190,7 +191,7 @@ def test_only_the_runtimes_results_answer_outstanding_calls(
         _env(user("go"), 2, None),
         _env(request, 3, AGENT),
         _env(response, 4, AGENT),
-        _env(assistant_item(_env(response, 3, AGENT)), 5, AGENT),
+        _env(assistant_item(response), 5, AGENT),
     ]
     answered: list[str] = []
     started: list[str] = []

@@ -21,7 +21,6 @@ from contextfold.context.events import (
 )
 from contextfold.context.request import UNVERIFIED_CALLS
 from contextfold.errors import ModelError
-from contextfold.events import Envelope
 from contextfold.journal import Journal
 from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import ResponseRecorded
@@ -168,8 +167,8 @@ async def test_reused_provider_call_ids_are_made_unique(journal: Journal) -> Non
     items = [
         (p, e) for p, e in await events_of(journal, STREAM, ContextAdded) if e.role == "assistant"
     ]
-    for (at, response), (_, item) in zip(responses, items, strict=True):
-        assert item == assistant_item(Envelope.make(response, position=at))
+    for (_, response), (_, item) in zip(responses, items, strict=True):
+        assert item == assistant_item(response)
     ids = [c.id for _, r in responses for c in r.tool_calls]
     assert ids[:2] == ["call_0", f"call_0-{responses[0][1].request_offset}"]
     assert [r.tool_call_id for _, r in await events_of(journal, STREAM, ToolCallResult)] == ids

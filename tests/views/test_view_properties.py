@@ -20,6 +20,7 @@ from contextfold.examples.coding_assistant import (
     ToolResult,
     UserPrompt,
 )
+from contextfold.testing import envelope
 
 
 def shorten(data: Any) -> Any:
@@ -68,7 +69,7 @@ def states(draw: st.DrawFn) -> State:
             payload = ToolResult(step_id=f"s{step}", call_id=f"c{call}", output=output)
         else:
             payload = AssistantMessage(text=spec[1])
-        envelopes.append(cf.Envelope.make(payload, position=position))
+        envelopes.append(envelope(payload, position))
     state = Conversation.apply_all(Conversation.initial_state(), envelopes)
     summary = draw(st.one_of(st.none(), texts))
     return cf.SegmentedState(state.segments, summary)

@@ -31,7 +31,7 @@ from pydantic import (
     model_validator,
 )
 
-from ..events import Envelope, Event
+from ..events import Event
 from ..wire import ItemRole, ToolCall, ToolDefinition, Transport, Usage
 
 __all__ = [
@@ -328,14 +328,14 @@ class LlmRequestInterrupted(
     reason: str | None = None
 
 
-def assistant_item(response: Envelope[LlmResponse]) -> ContextAdded:
+def assistant_item(response: LlmResponse) -> ContextAdded:
     """The model-visible item for a model answer: assistant, agent actor, genuine offset."""
     return ContextAdded(
         role="assistant",
         actor=Actor(type="agent"),
-        content=response.payload.text,
-        tool_calls=response.payload.tool_calls,
-        llm_request_offset=response.payload.request_offset,
+        content=response.text,
+        tool_calls=response.tool_calls,
+        llm_request_offset=response.request_offset,
     )
 
 

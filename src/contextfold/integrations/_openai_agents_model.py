@@ -410,7 +410,7 @@ class JournalModel(Model):
             usage=output.usage,
             stop_reason=output.finish_reason,
         )
-        item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
+        item = assistant_item(response)
         await self.journal.append(self.stream, [response, item], actor=AGENT_WRITER)
         return response
 

@@ -28,7 +28,7 @@ from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError
-from ..events import Envelope, StoredEvent
+from ..events import StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .compacting import CompactionSteps
 from .events import (
@@ -249,8 +249,7 @@ class TurnSteps(CompactionSteps):
             usage=output.usage,
             stop_reason=output.finish_reason,
         )
-        # assistant_item reads only the payload: the envelope is the one for pure use.
-        item = assistant_item(Envelope.make(response, position=offset, stream=self.stream))
+        item = assistant_item(response)
         await self.journal.append(self.stream, [response, item], actor="agent")
         recorded_output = replace(output, text=text, tool_calls=calls)
         await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
