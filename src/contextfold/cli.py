@@ -492,7 +492,7 @@ def stats(
     from .inspection import require_stream
     from .timeline.build import build_timeline
     from .timeline.prices import load_prices
-    from .timeline.stats import stats_json, stats_of
+    from .timeline.stats import stats_json, stats_of, stats_text
 
     table = load_prices(prices) if prices is not None and str(prices) else None
 
@@ -502,41 +502,8 @@ def stats(
             return await build_timeline(journal, stream)
 
     done = stats_of(asyncio.run(run()), table)
-    if as_json:
-        _write(_dumps(stats_json(done)))
-        return
-
-    def share(value: float | None) -> str:
-        return "not reported" if value is None else f"{value:.1%}"
-
-    model = f"model {done.model}, window {done.context_window} tokens" if done.model else "no model"
-    _write(f"stream {done.stream}: {done.version} events, {model}")
-    _write(
-        f"requests {done.requests} ({done.answered} answered, {done.sends} sent), "
-        f"turns {done.turns}, tool calls {done.tool_calls} ({done.tool_errors} failed), "
-        f"compactions {done.compactions}"
-    )
-    _write(
-        f"tokens input {done.input_tokens} (cached {done.cached_input_tokens}, cache writes "
-        f"{done.cache_write_tokens}), output {done.output_tokens} (reasoning "
-        f"{done.reasoning_tokens})"
-    )
-    _write(
-        f"cache: {share(done.prefix_share)} of request bytes repeat the previous request "
-        f"exactly; the provider reported {share(done.cached_share)} of input tokens cached"
-    )
-    if done.cost is not None:
-        missing = ", ".join(done.unpriced_models)
-        unpriced = f" (no price for {missing})" if missing else ""
-        _write(f"cost ${done.cost:.4f}{unpriced}")
-    else:
-        _write("cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)")
-    verify = ", ".join(f"{count} {name}" for name, count in done.verify.items() if count)
-    _write(f"verify: {verify or 'no requests'}")
-    _write("lane\titems\ttokens\tof window")
-    for lane in done.lanes:
-        of = f"{lane.tokens / done.context_window:.1%}" if done.context_window else "-"
-        _write(f"{lane.lane}\t{lane.items}\t{lane.tokens}\t{of}")
+    for line in (_dumps(stats_json(done)),) if as_json else stats_text(done):
+        _write(line)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from ..transcript.parts import PART_TYPES, Message
 from ..transcript.store.base import MAX_PAGE_SIZE
 from .body import MAX_META_CHARS, NAMESPACE_HEADER
 from .streams import MANIFEST_HEADER, MAX_PAGE, SHA256_HEADER, TRANSPORT_HEADER
+from .trace_docs import trace_paths
 
 __all__ = ["OPENAPI_PATH", "openapi_schema"]
 
@@ -421,187 +422,6 @@ def _query(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any
     return {"name": name, "in": "query", "schema": schema, "description": description}
 
 
-def _trace_paths(ops: _Operations, stream: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    """The trace routes the inspector reads (:mod:`.trace`)."""
-    offset = _path_param(
-        "offset",
-        "A position (@N) of the stream.",
-        {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
-    )
-    count = {"type": "integer", "minimum": 0}
-    share = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
-    obj = {"type": "object"}
-    stats = {
-        "type": "object",
-        "required": ["stream", "requests", "tokens", "cache", "cost", "lanes", "verify"],
-        "properties": {
-            "stream": {"type": "string"},
-            "requests": count,
-            "tokens": obj,
-            "cache": {
-                "type": "object",
-                "required": ["cached_share", "prefix_share"],
-                "properties": {"cached_share": share, "prefix_share": share},
-            },
-            "cost": {"type": ["number", "null"]},
-            "lanes": {"type": "array", "items": obj},
-            "verify": obj,
-        },
-    }
-    return {
-        "/v1/streams/{stream}/trace": {
-            "get": ops.api(
-                "The stream's turns as nested spans (triggers, requests with latency, tokens, "
-                "cost, verify status and prefix share, tool calls), a page of them, and the "
-                "stream's stats.",
-                {
-                    "200": _json(
-                        "A page of turns, oldest first.",
-                        {
-                            "type": "object",
-                            "required": [
-                                "stream",
-                                "version",
-                                "total_turns",
-                                "start",
-                                "turns",
-                                "stats",
-                            ],
-                            "properties": {
-                                "stream": {"type": "string"},
-                                "version": count,
-                                "total_turns": count,
-                                "start": count,
-                                "turns": {"type": "array", "items": obj},
-                                "stats": stats,
-                            },
-                        },
-                    )
-                },
-                parameters=[
-                    stream,
-                    _query(
-                        "start",
-                        "The first turn (0-based; default: the newest page).",
-                        {"type": "integer", "minimum": 0, "maximum": 2**62},
-                    ),
-                    _query(
-                        "limit", "Most turns.", {"type": "integer", "minimum": 1, "maximum": 200}
-                    ),
-                ],
-                errors=(404,),
-            )
-        },
-        "/v1/streams/{stream}/trace/{offset}": {
-            "get": ops.api(
-                "Request @offset in full: its exact body, SHA-256, header snapshot, session "
-                "prefix, verify status and its diff against the previous request.",
-                {
-                    "200": _json(
-                        "The request.",
-                        {
-                            "type": "object",
-                            "required": [
-                                "stream",
-                                "offset",
-                                "sha256",
-                                "size",
-                                "body",
-                                "header",
-                                "diff",
-                            ],
-                            "properties": {
-                                "stream": {"type": "string"},
-                                "offset": {"type": "integer"},
-                                "sha256": {"type": "string"},
-                                "size": count,
-                                "body": {"type": "string"},
-                                "header": _ref("RequestHeader"),
-                                "diff": {"type": ["object", "null"]},
-                            },
-                        },
-                    )
-                },
-                parameters=[stream, offset],
-                errors=(404,),
-            )
-        },
-        "/v1/streams/{stream}/context/{offset}": {
-            "get": ops.api(
-                "The agent context as it was at @offset (folded through it).",
-                {"200": _json("The context.", _ref("Context"))},
-                parameters=[stream, offset],
-                errors=(404,),
-            )
-        },
-        "/v1/streams/{stream}/search": {
-            "get": ops.api(
-                "Events after the cursor whose type, actor and text match (case-insensitive), "
-                "oldest first; one call looks through at most 5000 events.",
-                {
-                    "200": _json(
-                        "The matches and where to go on.",
-                        {
-                            "type": "object",
-                            "required": ["stream", "events", "cursor", "more", "scanned"],
-                            "properties": {
-                                "stream": {"type": "string"},
-                                "events": {"type": "array", "items": _ref("Event")},
-                                "cursor": {"type": ["string", "null"]},
-                                "more": {"type": "boolean"},
-                                "scanned": count,
-                            },
-                        },
-                    )
-                },
-                parameters=[
-                    stream,
-                    after,
-                    _query("q", "Text the event's payload holds.", {"type": "string"}),
-                    _query("type", "An event type, or its last part.", {"type": "string"}),
-                    _query("actor", "A writer, actor type or type:id.", {"type": "string"}),
-                    _query(
-                        "limit", "Most matches.", {"type": "integer", "minimum": 1, "maximum": 1000}
-                    ),
-                ],
-                errors=(404,),
-            )
-        },
-        "/v1/streams/{stream}/stats": {
-            "get": ops.api(
-                "The stream's requests, tokens per lane and as reported, cache shares, "
-                "compactions and cost (as contextfold stats --json).",
-                {"200": _json("The stats.", stats)},
-                parameters=[stream],
-                errors=(404,),
-            )
-        },
-        "/v1/sessions": {
-            "get": ops.api(
-                "The transcript's sessions, and whether this server has a transcript and a "
-                "live bus.",
-                {
-                    "200": _json(
-                        "The sessions.",
-                        {
-                            "type": "object",
-                            "required": ["sessions", "transcript", "live"],
-                            "properties": {
-                                "sessions": {"type": "array", "items": obj},
-                                "transcript": {"type": "boolean"},
-                                "live": {"type": "boolean"},
-                            },
-                        },
-                    )
-                },
-                parameters=[
-                    _query("prefix", "Only sessions starting with this.", {"type": "string"})
-                ],
-            )
-        },
-    }
-
-
 def openapi_schema(
     *, max_body_bytes: int, authenticated: bool, namespaced: bool, version: str = "0"
 ) -> dict[str, Any]:
@@ -843,7 +663,7 @@ def openapi_schema(
             live=True,
         )
     }
-    paths.update(_trace_paths(ops, stream, after))
+    paths.update(trace_paths(ops, stream, after))
     components: dict[str, Any] = {
         "schemas": {**_model_schemas(), **_static_schemas(max_body_bytes)}
     }

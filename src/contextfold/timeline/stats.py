@@ -13,7 +13,7 @@ from ..views.tokens import approx_tokens
 from .build import Timeline
 from .prices import PriceTable
 
-__all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of"]
+__all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of", "stats_text"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +171,41 @@ def stats_json(stats: Stats) -> dict[str, Any]:
             {"lane": lane.lane, "items": lane.items, "tokens": lane.tokens} for lane in stats.lanes
         ],
     }
+
+
+def _share(value: float | None) -> str:
+    return "not reported" if value is None else f"{value:.1%}"
+
+
+def stats_text(stats: Stats) -> tuple[str, ...]:
+    """The stats as lines of text, one subject each (``contextfold stats``); the lanes as
+    tab-separated rows under a header row."""
+    model = (
+        f"model {stats.model}, window {stats.context_window} tokens" if stats.model else "no model"
+    )
+    if stats.cost is not None:
+        missing = ", ".join(stats.unpriced_models)
+        cost = f"cost ${stats.cost:.4f}" + (f" (no price for {missing})" if missing else "")
+    else:
+        cost = "cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)"
+    verify = ", ".join(f"{count} {name}" for name, count in stats.verify.items() if count)
+    window = stats.context_window
+    return (
+        f"stream {stats.stream}: {stats.version} events, {model}",
+        f"requests {stats.requests} ({stats.answered} answered, {stats.sends} sent), "
+        f"turns {stats.turns}, tool calls {stats.tool_calls} ({stats.tool_errors} failed), "
+        f"compactions {stats.compactions}",
+        f"tokens input {stats.input_tokens} (cached {stats.cached_input_tokens}, cache writes "
+        f"{stats.cache_write_tokens}), output {stats.output_tokens} (reasoning "
+        f"{stats.reasoning_tokens})",
+        f"cache: {_share(stats.prefix_share)} of request bytes repeat the previous request "
+        f"exactly; the provider reported {_share(stats.cached_share)} of input tokens cached",
+        cost,
+        f"verify: {verify or 'no requests'}",
+        "lane\titems\ttokens\tof window",
+        *(
+            f"{lane.lane}\t{lane.items}\t{lane.tokens}\t"
+            + (f"{lane.tokens / window:.1%}" if window else "-")
+            for lane in stats.lanes
+        ),
+    )
