@@ -254,6 +254,11 @@ async def _check_views(
     assert await _texts(browser, "#request-chat > li.cached")  # the shared prefix is marked
     assert await _texts(browser, "#request-diff .diff-added")
     await _in_thread(browser.screenshot, shots / "request.png")
+    # a request of an event-driven turn shows the manifest recorded with it
+    turn = next(r for r in timeline.requests if r.manifest is not None)
+    await _open(browser, f"{base}&view=request&offset={turn.offset}")
+    [manifest] = await _texts(browser, "#request-manifest")
+    assert json.loads(manifest) == turn.manifest and turn.manifest["hash"]
 
     # -- the context as of the first request
     first = timeline.requests[0].offset
