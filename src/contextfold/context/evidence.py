@@ -25,7 +25,7 @@ from typing import Protocol
 import orjson
 from pydantic import Field
 
-from ..errors import InvalidInputError, RefError
+from ..errors import ConfigurationError, InvalidInputError, RefError
 from ..events import Event, StoredEvent
 from .events import ContextAdded, Ref, ToolCallResult, tool_result_item
 
@@ -167,7 +167,7 @@ def tool_result_events(
     if len(content) <= keep:
         return StoredOutput((result, tool_result_item(result)), content, result.is_error)
     if position is None:
-        raise ValueError("a cut tool output needs the position its append starts at")
+        raise InvalidInputError("a cut tool output needs the position its append starts at")
     size = _json_size(content)
     if size > max_output_bytes:
         refusal = (
@@ -184,7 +184,7 @@ def tool_result_events(
         budget = max_payload_bytes - _json_size(empty.model_dump(mode="json")) - _CHUNK_SLACK
         pieces = _pieces(content, budget)
         if pieces is None:
-            raise ValueError(
+            raise ConfigurationError(
                 f"max_payload_bytes {max_payload_bytes} cannot hold an output chunk of "
                 f"tool call {result.tool_call_id!r}"
             )

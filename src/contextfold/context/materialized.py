@@ -28,7 +28,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..canonical import canonical_json, sha256_hex
-from ..errors import ContextfoldError
+from ..errors import ContextfoldError, InvalidInputError
 from ..events import Event, RawEvent, StoredEvent
 from ..folds.fold import Fold, FoldBase
 from ..store.base import Store
@@ -209,22 +209,24 @@ def restore_state(
     manifest: ContextMaterialized,
     chunks: Iterable[ContextChunk],
 ) -> AgentContextState:
-    """The state a manifest and its chunks hold, deep-frozen. Raises ValueError when a
+    """The state a manifest and its chunks hold, deep-frozen. Raises InvalidInputError when a
     chunk is not the one named, one is missing, or the fields are not the state's."""
     by_key = {(c.lane, c.index): c for c in chunks}
     values: dict[str, list[Any]] = {field: [] for field in _FIELDS.values()}
     for lane in _LANES:
         refs = sorted((r for r in manifest.chunks if r.lane == lane), key=lambda r: r.index)
         if [r.index for r in refs] != list(range(len(refs))):
-            raise ValueError(f"the {lane} chunks are not numbered 0..{len(refs) - 1}")
+            raise InvalidInputError(f"the {lane} chunks are not numbered 0..{len(refs) - 1}")
         for ref in refs:
             chunk = by_key.get((lane, ref.index))
             if chunk is None or chunk.sha256 != ref.sha256:
-                raise ValueError(f"{lane} chunk {ref.index} is missing or not the one named")
+                raise InvalidInputError(f"{lane} chunk {ref.index} is missing or not the one named")
             values[_FIELDS[lane]] += chunk.offsets if lane == "requests" else chunk.items
     expected = set(AgentContextState.model_fields) - set(_FIELDS.values())
     if set(manifest.state) != expected:
-        raise ValueError(f"the manifest's fields {sorted(manifest.state)} are not the state's")
+        raise InvalidInputError(
+            f"the manifest's fields {sorted(manifest.state)} are not the state's"
+        )
     return fold.decode_state({**manifest.state, **values})
 
 
@@ -246,7 +248,7 @@ async def _read_chunks(
         )
         for ref in refs:
             if ref.back > len(stored) or stored[ref.back - 1].meta.actor != AGENT_WRITER:
-                raise ValueError(f"{ref.lane} chunk {ref.index} is not in the stream")
+                raise InvalidInputError(f"{ref.lane} chunk {ref.index} is not in the stream")
             found.append(ContextChunk.model_validate_json(stored[ref.back - 1].data))
     return found
 
@@ -259,14 +261,14 @@ async def _restore(
     stored: StoredEvent,
 ) -> tuple[AgentContextState, str | None]:
     if stored.meta.actor != AGENT_WRITER:
-        raise ValueError(f"written by {stored.meta.actor!r}, not the agent")
+        raise InvalidInputError(f"written by {stored.meta.actor!r}, not the agent")
     manifest = ContextMaterialized.model_validate_json(stored.data)
     if manifest.fold_version != fold.version:
-        raise ValueError(f"fold version {manifest.fold_version}, not {fold.version}")
+        raise InvalidInputError(f"fold version {manifest.fold_version}, not {fold.version}")
     if manifest.through is not None and not await store.contains(
         namespace, stream, manifest.through
     ):
-        raise ValueError(f"its cursor {manifest.through!r} is not in this history")
+        raise InvalidInputError(f"its cursor {manifest.through!r} is not in this history")
     chunks = await _read_chunks(store, namespace, stream, manifest, stored.cursor)
     return restore_state(fold, manifest, chunks), manifest.through
 
@@ -309,11 +311,11 @@ class SnapshotFold(Fold[S]):
         for stored in await store.latest(namespace, stream, [self.snapshot_type], limit=_TRIED):
             try:
                 if stored.meta.actor != AGENT_WRITER:
-                    raise ValueError(f"written by {stored.meta.actor!r}, not the agent")
+                    raise InvalidInputError(f"written by {stored.meta.actor!r}, not the agent")
                 payload = stored.payload
                 through = payload["through"]
                 if through is not None and not await store.contains(namespace, stream, through):
-                    raise ValueError(f"its cursor {through!r} is not in this history")
+                    raise InvalidInputError(f"its cursor {through!r} is not in this history")
                 return self.decode_state(payload["state"]), through
             except (ValueError, ValidationError, KeyError, TypeError, ContextfoldError) as exc:
                 log.warning(
