@@ -444,7 +444,7 @@ async def simulate(
         run.baseline.observe(naive_body, rebase=rebase, explain=explain)
 
     assert last_request is not None
-    rebuilt = await journal.rebuild_request(stream, last_request)
+    rebuilt = await cf.rebuild_request(journal, stream, last_request)
     run.rebuild_ok = rebuilt.body == last_body
     return run
 
