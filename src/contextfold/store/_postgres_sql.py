@@ -1,0 +1,106 @@
+"""The PostgreSQL store's schema and statements: tables, the NOTIFY channel, and the SQL
+of an append (one pipelined transaction) and of reads (one snapshot each)."""
+
+from __future__ import annotations
+
+__all__ = ["NOTIFY_CHANNEL"]
+
+NOTIFY_CHANNEL = "contextfold_events"
+"""The LISTEN/NOTIFY channel; the payload is a hash of namespace and stream."""
+
+_SCHEMA_LOCK = 0x63665F736368656D  # pg_advisory_xact_lock key ("cf_schem")
+_PAGE = 1000
+_CHANNEL_SEP = "\x1f"  # channel names hold no control characters
+
+# namespace and stream sort by code point (COLLATE "C"), like the memory and SQLite stores.
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS cf_events (
+    global_position BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    position BIGINT NOT NULL,
+    type TEXT NOT NULL,
+    data BYTEA NOT NULL,
+    event_id TEXT NOT NULL,
+    time TEXT NOT NULL,
+    run_id TEXT,
+    actor TEXT,
+    idempotency_key TEXT,
+    channels TEXT[] NOT NULL,
+    UNIQUE (namespace, stream, position)
+);
+CREATE INDEX IF NOT EXISTS cf_events_by_type ON cf_events (namespace, stream, type, position);
+CREATE TABLE IF NOT EXISTS cf_streams (
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    version BIGINT NOT NULL,
+    PRIMARY KEY (namespace, stream)
+);
+CREATE TABLE IF NOT EXISTS cf_idempotency (
+    namespace TEXT COLLATE "C" NOT NULL,
+    stream TEXT COLLATE "C" NOT NULL,
+    key TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    first_position BIGINT NOT NULL,
+    last_position BIGINT NOT NULL,
+    last_global BIGINT NOT NULL,
+    PRIMARY KEY (namespace, stream, key)
+);
+"""
+_SCHEMA_PRESENT = (
+    "SELECT to_regclass('cf_events_by_type') IS NOT NULL"
+    " AND to_regclass('cf_streams') IS NOT NULL AND to_regclass('cf_idempotency') IS NOT NULL"
+)
+
+_COLUMNS = (
+    "global_position, position, type, data, event_id, time, run_id, actor,"
+    " idempotency_key, channels"
+)
+_WHERE = "namespace = %(ns)s AND stream = %(s)s"
+
+# Locks the stream row and reserves the batch's positions; rolled back on any refusal.
+_LOCK = (
+    "INSERT INTO cf_streams AS t (namespace, stream, version) VALUES (%(ns)s, %(s)s, %(n)s)"
+    " ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s RETURNING version"
+)
+_SEEN = (
+    "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
+    f" WHERE {_WHERE} AND key = %(key)s"
+)
+# The positions come from the version the lock statement just reserved (same transaction).
+_INSERT = f"""
+WITH cur AS (
+    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
+), ins AS (
+    INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time, run_id,
+                           actor, idempotency_key, channels)
+    SELECT %(ns)s, %(s)s, cur.v + u.n, u.type, u.data, u.event_id, u.time, u.run_id, u.actor,
+           u.key, string_to_array(u.channels, chr(31))
+    FROM cur, unnest(%(types)s::text[], %(data)b::bytea[], %(ids)s::text[], %(times)s::text[],
+                     %(runs)s::text[], %(actors)s::text[], %(keys)s::text[], %(chans)s::text[])
+         WITH ORDINALITY AS u(type, data, event_id, time, run_id, actor, key, channels, n)
+    ORDER BY u.n
+    RETURNING global_position, position
+), last AS (
+    SELECT ins.global_position AS g, cur.v FROM ins, cur WHERE ins.position = cur.v + %(n)s
+), idem AS (
+    INSERT INTO cf_idempotency
+    SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s, g FROM last
+    WHERE %(key)s::text IS NOT NULL
+)
+SELECT v, g, pg_notify('{NOTIFY_CHANNEL}', %(wake)s) FROM last
+"""
+# One statement, one snapshot: an unknown cursor gives no row, a known one at least one.
+_READ_AFTER = f"""
+SELECT e.* FROM cf_events c LEFT JOIN LATERAL (
+    SELECT {_COLUMNS} FROM cf_events
+    WHERE namespace = c.namespace AND stream = c.stream AND position > c.position {{typed}}
+    ORDER BY position LIMIT %(limit)s
+) e ON true
+WHERE c.global_position = %(g)s AND c.namespace = %(ns)s AND c.stream = %(s)s
+ORDER BY e.position
+"""
+_READ = (
+    f"SELECT {_COLUMNS} FROM cf_events WHERE {_WHERE} {{typed}} ORDER BY position LIMIT %(limit)s"
+)
+_TYPED = "AND type = ANY(%(types)s::text[])"
