@@ -26,7 +26,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field
 from pyrsistent import PMap, pmap
 
-from ..events import Envelope, Event
+from ..events import Envelope, Event, RawEvent, StoredEvent
 from ..folds.fold import Fold
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "WriteRecord",
     "WritesPut",
     "version_key",
+    "visible_record",
 ]
 
 Version = int | float | str
@@ -283,3 +284,23 @@ def _retracted(state: ThreadIndex, env: Envelope[CheckpointsRetracted]) -> Threa
 @THREAD_INDEX.on(ThreadCleared)
 def _cleared(state: ThreadIndex, env: Envelope[ThreadCleared]) -> ThreadIndex:
     return ThreadIndex(last=env.cursor, cleared=env.cursor)
+
+
+def visible_record(event: StoredEvent, index: ThreadIndex) -> RawEvent | None:
+    """A record of a thread as a copy of it gets it (``copy_thread``): what the index still
+    sees of it, or None."""
+    payload = event.payload
+    if event.type == ChannelBlob.event_type:
+        return RawEvent(event.type, payload)
+    if event.type == CheckpointPut.event_type:
+        entry = index.checkpoints.get((payload["ns"], payload["checkpoint_id"]))
+        seen = entry is not None and entry.at.global_position == event.global_position
+        return RawEvent(event.type, payload) if seen else None
+    if event.type == WritesPut.event_type:
+        bucket = index.writes.get((payload["ns"], payload["checkpoint_id"]), pmap())
+        slots = {w.slot for w in bucket.values() if w.at.global_position == event.global_position}
+        if not slots:
+            return None
+        kept = [w for slot, w in enumerate(payload["writes"]) if slot in slots]
+        return RawEvent(event.type, {**payload, "writes": kept})
+    return None

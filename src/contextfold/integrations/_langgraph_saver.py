@@ -43,7 +43,7 @@ from pyrsistent import pmap
 
 from ..canonical import encode_checked
 from ..errors import InvalidInputError, InvalidStreamNameError, PayloadError
-from ..events import Event, RawEvent, StoredEvent
+from ..events import Event, RawEvent
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ._journal_bridge import JournalBridge
@@ -61,6 +61,7 @@ from ._langgraph_index import (
     WriteRecord,
     WritesPut,
     version_key,
+    visible_record,
 )
 from ._langgraph_lists import DecodedLists
 from ._langgraph_records import (
@@ -571,7 +572,7 @@ class JournalSaver(BaseCheckpointSaver[str]):
         while True:
             page = await self.journal.read(source, after=cursor, types=RECORD_TYPES, limit=1000)
             for event in page.events:
-                copied = _copied(event, index)
+                copied = visible_record(event, index)
                 if copied is not None:
                     batch.append(copied)
                 if len(batch) >= _COPY_BATCH:
@@ -593,22 +594,3 @@ def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
 def _matches(metadata: bytes, query: Mapping[str, Any]) -> bool:
     stored = orjson.loads(metadata)
     return all(stored.get(key) == value for key, value in query.items())
-
-
-def _copied(event: StoredEvent, index: ThreadIndex) -> RawEvent | None:
-    """A record of the source thread as the target gets it: what the source still sees."""
-    payload = event.payload
-    if event.type == ChannelBlob.event_type:
-        return RawEvent(event.type, payload)
-    if event.type == CheckpointPut.event_type:
-        entry = index.checkpoints.get((payload["ns"], payload["checkpoint_id"]))
-        seen = entry is not None and entry.at.global_position == event.global_position
-        return RawEvent(event.type, payload) if seen else None
-    if event.type == WritesPut.event_type:
-        bucket = index.writes.get((payload["ns"], payload["checkpoint_id"]), pmap())
-        slots = {w.slot for w in bucket.values() if w.at.global_position == event.global_position}
-        if not slots:
-            return None
-        kept = [w for slot, w in enumerate(payload["writes"]) if slot in slots]
-        return RawEvent(event.type, {**payload, "writes": kept})
-    return None
