@@ -22,6 +22,7 @@ from typing import Any
 
 import contextfold as cf
 from contextfold.examples import coding_assistant as ca
+from contextfold.testing import envelope
 
 ChatView = ca.chat_view()
 BUDGET = 30_000
@@ -66,7 +67,7 @@ class Conversations:
         for _ in range(count):
             for event in segment_events(self.index):
                 self.position += 1
-                yield cf.Envelope.make(event, position=self.position)
+                yield envelope(event, self.position)
             self.index += 1
 
     def grow(self, count: int = 1) -> None:
