@@ -2,9 +2,9 @@
 
 Built once per app from its configuration, so every status it documents is one that app
 can answer: 401 only with a token, 403 only with a namespace allow-list, the body limit
-the app enforces. The shapes of the library's own values (context items, request
-headers, transcript rows) are the JSON schemas of their pydantic models; the rest is
-written here, next to the routes it describes (:mod:`.streams`, :mod:`.sessions`).
+the app enforces. The paths are written here, next to the routes they describe
+(:mod:`.streams`, :mod:`.sessions`; the trace routes' in :mod:`.trace_docs`); the bodies
+they reference are in :mod:`.openapi_schemas`.
 """
 
 from __future__ import annotations
@@ -12,17 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.json_schema import models_json_schema
-
-from ..context.events import RequestHeader
-from ..context.manifest import Manifest
-from ..context.state import ContextItem
-from ..events import TYPE_NAME
 from ..journal.encode import MAX_NAME_LENGTH
-from ..transcript.parts import PART_TYPES, Message
 from ..transcript.store.base import MAX_PAGE_SIZE
-from .body import MAX_META_CHARS, NAMESPACE_HEADER
+from .body import NAMESPACE_HEADER
+from .openapi_schemas import component_schemas, schema_ref
 from .streams import MANIFEST_HEADER, MAX_PAGE, SHA256_HEADER, TRANSPORT_HEADER
 from .trace_docs import trace_paths
 
@@ -31,18 +24,13 @@ __all__ = ["OPENAPI_PATH", "openapi_schema"]
 OPENAPI_PATH = "/openapi.json"
 
 _JSON = "application/json"
-_REF = "#/components/schemas/{model}"
 _CONTROL = "\\u0000-\\u001f\\u007f"
 _NO_CONTROL = f"^[^{_CONTROL}]*$"
 _EDGE = f"[^\\s{_CONTROL}]"  # a name neither starts nor ends with whitespace
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {_JSON: {"schema": _ref("Error")}}}
+    return {"description": description, "content": {_JSON: {"schema": schema_ref("Error")}}}
 
 
 _ERRORS = {
@@ -59,280 +47,6 @@ _ERRORS = {
     503: "The server is busy (requests in flight or live streams at their limit), or the "
     "journal is unavailable.",
 }
-
-_SCALAR_OR_NULL = {"type": ["string", "null"]}
-
-
-def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
-    meta_string = {
-        "type": "string",
-        "minLength": 1,
-        "maxLength": MAX_META_CHARS,
-        "pattern": "^[^\\u0000]+$",
-    }
-    int64 = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
-    position = {"type": "integer", "minimum": 1}
-    return {
-        "JsonValue": {
-            "description": "A JSON value whose integers fit in 64 bits (others are refused, "
-            "not rounded).",
-            "anyOf": [
-                {"type": ["null", "boolean", "string"]},
-                {"type": "integer", "minimum": -(2**63), "maximum": 2**64 - 1},
-                {"type": "number", "not": {"type": "integer"}},
-                {"type": "array", "items": _ref("JsonValue")},
-                {"type": "object", "additionalProperties": _ref("JsonValue")},
-            ],
-        },
-        "Error": {
-            "type": "object",
-            "required": ["error"],
-            "additionalProperties": False,
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["type", "message"],
-                    "additionalProperties": False,
-                    "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
-                }
-            },
-        },
-        "NewEvent": {
-            "type": "object",
-            "required": ["type", "payload"],
-            "additionalProperties": False,
-            "properties": {
-                "type": {
-                    "type": "string",
-                    "pattern": TYPE_NAME.pattern,
-                    "description": "The event type. Types of the agent runtime's namespace "
-                    "(contextfold.agent/) other than context-added need a trusted writer; "
-                    "a type this server knows must validate against its class, without "
-                    "unknown fields.",
-                },
-                "payload": {
-                    **_ref("JsonValue"),
-                    "description": "Any JSON value (an object for known types).",
-                },
-            },
-        },
-        "AppendRequest": {
-            "type": "object",
-            "required": ["events"],
-            "additionalProperties": False,
-            "description": f"At most {max_body_bytes} bytes of JSON, without repeated keys "
-            "or integers beyond 64 bits. Every event is stored, or none.",
-            "properties": {
-                "events": {"type": "array", "minItems": 1, "items": _ref("NewEvent")},
-                "expected_version": {
-                    **int64,
-                    "description": "Append only when the stream is at this version (409 "
-                    "otherwise); 0 for a new stream.",
-                },
-                "idempotency_key": {
-                    **meta_string,
-                    "description": "A retry with the same key and body returns the first "
-                    "append's positions (200) and writes nothing.",
-                },
-                "run_id": meta_string,
-                "actor": {
-                    **meta_string,
-                    "description": "The writer's actor, stored in each event's meta.",
-                },
-            },
-        },
-        "AppendResult": {
-            "type": "object",
-            "required": [
-                "stream",
-                "first_position",
-                "last_position",
-                "positions",
-                "version",
-                "cursor",
-                "deduplicated",
-            ],
-            "properties": {
-                "stream": {"type": "string"},
-                "first_position": position,
-                "last_position": position,
-                "positions": {"type": "array", "items": position},
-                "version": position,
-                "cursor": {"type": "string"},
-                "deduplicated": {"type": "boolean"},
-            },
-        },
-        "Event": {
-            "type": "object",
-            "required": ["position", "global_position", "cursor", "type", "payload", "meta"],
-            "properties": {
-                "position": position,
-                "global_position": position,
-                "cursor": {"type": "string", "description": "Pass it as after= to continue."},
-                "type": {"type": "string"},
-                "payload": {
-                    "description": "The payload as stored; null when it no longer "
-                    "decodes (payload_error says why)."
-                },
-                "payload_error": {"type": "string"},
-                "meta": {
-                    "type": "object",
-                    "required": ["event_id", "time", "channels"],
-                    "properties": {
-                        "event_id": {"type": "string"},
-                        "time": {"type": "string"},
-                        "run_id": _SCALAR_OR_NULL,
-                        "actor": _SCALAR_OR_NULL,
-                        "idempotency_key": _SCALAR_OR_NULL,
-                        "channels": {"type": "array", "items": {"type": "string"}},
-                    },
-                },
-            },
-        },
-        "Page": {
-            "type": "object",
-            "required": ["stream", "events", "cursor", "reset", "more"],
-            "properties": {
-                "stream": {"type": "string"},
-                "events": {"type": "array", "items": _ref("Event")},
-                "cursor": {"type": ["string", "null"]},
-                "reset": {"type": "boolean"},
-                "more": {"type": "boolean", "description": "limit cut the page short."},
-            },
-        },
-        "Streams": {
-            "type": "object",
-            "required": ["streams"],
-            "properties": {
-                "streams": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["stream", "version"],
-                        "properties": {"stream": {"type": "string"}, "version": position},
-                    },
-                }
-            },
-        },
-        "ContextEntry": {
-            "allOf": [
-                _ref("ContextItem"),
-                {
-                    "type": "object",
-                    "required": ["header", "wire_role", "external", "published"],
-                    "properties": {
-                        "header": {"type": "string", "description": "The @N header line."},
-                        "wire_role": {"type": "string"},
-                        "external": {"type": "boolean"},
-                        "published": {"type": "boolean"},
-                    },
-                },
-            ]
-        },
-        "Context": {
-            "type": "object",
-            "required": [
-                "stream",
-                "version",
-                "published_through",
-                "request_offsets",
-                "header",
-                "system",
-                "history",
-            ],
-            "properties": {
-                "stream": {"type": "string"},
-                "version": {"type": "integer", "minimum": 0},
-                "published_through": {"type": "integer", "minimum": 0},
-                "request_offset": {"type": ["integer", "null"]},
-                "request_offsets": {"type": "array", "items": position},
-                "request_time": _SCALAR_OR_NULL,
-                "compacted_through": {"type": ["integer", "null"]},
-                "header": {"anyOf": [_ref("RequestHeader"), {"type": "null"}]},
-                "system": {"type": "array", "items": _ref("ContextEntry")},
-                "history": {"type": "array", "items": _ref("ContextEntry")},
-            },
-        },
-        "Verification": {
-            "type": "object",
-            "required": ["stream", "ok", "requests", "drifts", "corrupt"],
-            "properties": {
-                "stream": {"type": "string"},
-                "ok": {
-                    "type": "boolean",
-                    "description": "True only when requests were checked and none drifted.",
-                },
-                "requests": {"type": "integer", "minimum": 0},
-                "drifts": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["request_offset", "recorded", "rebuilt", "error"],
-                        "properties": {
-                            "request_offset": position,
-                            "recorded": {"type": "string"},
-                            "rebuilt": _SCALAR_OR_NULL,
-                            "error": _SCALAR_OR_NULL,
-                        },
-                    },
-                },
-                "corrupt": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["position", "type", "reason"],
-                        "properties": {
-                            "position": position,
-                            "type": {"type": "string"},
-                            "reason": {"type": "string"},
-                        },
-                    },
-                },
-            },
-        },
-        "Transcript": {
-            "type": "object",
-            "required": ["session", "messages", "cursor", "more"],
-            "properties": {
-                "session": {"type": "string"},
-                "messages": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "required": ["message", "parts"],
-                        "properties": {
-                            "message": _ref("Message"),
-                            "parts": {"type": "array", "items": _ref("Part")},
-                        },
-                    },
-                },
-                "cursor": _SCALAR_OR_NULL,
-                "more": {"type": "boolean"},
-            },
-        },
-    }
-
-
-def _model_schemas() -> dict[str, Any]:
-    """The JSON schemas of the library's models the API returns, refs into components."""
-    models: list[type[BaseModel]] = [ContextItem, RequestHeader, Manifest, Message, *PART_TYPES]
-    top, defs = models_json_schema(
-        [(model, "serialization") for model in models], ref_template=_REF
-    )
-    schemas: dict[str, Any] = dict(defs.get("$defs", {}))
-    for (model, _), schema in top.items():
-        if "$ref" in schema:  # the model itself is in $defs already, under its name
-            continue
-        schemas[model.__name__] = schema
-    refs = {
-        str(part.model_fields["kind"].default): top[(part, "serialization")]["$ref"]
-        for part in PART_TYPES
-    }
-    schemas["Part"] = {
-        "oneOf": [{"$ref": ref} for ref in refs.values()],
-        "discriminator": {"propertyName": "kind", "mapping": refs},
-    }
-    return schemas
 
 
 class _Operations:
@@ -491,7 +205,7 @@ def openapi_schema(
     paths["/v1/streams"] = {
         "get": ops.api(
             "The streams of the namespace with their versions, by name.",
-            {"200": _json("The streams.", _ref("Streams"))},
+            {"200": _json("The streams.", schema_ref("Streams"))},
             parameters=[
                 _query("prefix", "Only streams whose name starts with this.", {"type": "string"}),
                 _query(
@@ -510,7 +224,7 @@ def openapi_schema(
     paths["/v1/streams/{stream}/events"] = {
         "get": ops.api(
             "A page of the stream's events, oldest first.",
-            {"200": _json("The page and the cursor to continue from.", _ref("Page"))},
+            {"200": _json("The page and the cursor to continue from.", schema_ref("Page"))},
             parameters=[stream, after, limit],
             errors=(404,),
         ),
@@ -519,19 +233,21 @@ def openapi_schema(
             "written. An external writer may not append the runtime's events; its "
             "actorless context items are stamped with an http actor.",
             {
-                "201": _json("Appended.", _ref("AppendResult")),
-                "200": _json("An idempotent retry: nothing was written.", _ref("AppendResult")),
+                "201": _json("Appended.", schema_ref("AppendResult")),
+                "200": _json(
+                    "An idempotent retry: nothing was written.", schema_ref("AppendResult")
+                ),
             },
             parameters=[stream],
             errors=(408, 409, 413, 415),
-            body={"required": True, "content": {_JSON: {"schema": _ref("AppendRequest")}}},
+            body={"required": True, "content": {_JSON: {"schema": schema_ref("AppendRequest")}}},
         ),
     }
     paths["/v1/streams/{stream}/context"] = {
         "get": ops.api(
             "The agent context of the stream: both lanes, each item with its header line, "
             "wire role and trust.",
-            {"200": _json("The context.", _ref("Context"))},
+            {"200": _json("The context.", schema_ref("Context"))},
             parameters=[stream],
             errors=(404,),
         )
@@ -600,7 +316,7 @@ def openapi_schema(
     paths["/v1/streams/{stream}/verify"] = {
         "get": ops.api(
             "Rebuild every recorded request and report those whose bytes drifted.",
-            {"200": _json("The verification.", _ref("Verification"))},
+            {"200": _json("The verification.", schema_ref("Verification"))},
             parameters=[stream],
             errors=(404,),
         )
@@ -623,7 +339,7 @@ def openapi_schema(
     paths["/v1/sessions/{session}/transcript"] = {
         "get": ops.api(
             "The session's transcript rows: messages with their parts, oldest first.",
-            {"200": _json("The rows.", _ref("Transcript"))},
+            {"200": _json("The rows.", schema_ref("Transcript"))},
             parameters=[
                 session,
                 _query(
@@ -664,9 +380,7 @@ def openapi_schema(
         )
     }
     paths.update(trace_paths(ops, stream, after))
-    components: dict[str, Any] = {
-        "schemas": {**_model_schemas(), **_static_schemas(max_body_bytes)}
-    }
+    components: dict[str, Any] = {"schemas": component_schemas(max_body_bytes)}
     if authenticated:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return {
