@@ -6,6 +6,7 @@ off, store errors and lost leases never end the worker."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -99,11 +100,15 @@ def _app(model: Any, **options: Any) -> Any:
 
 async def test_a_busy_stream_gives_its_slot_up_to_waiting_streams(journal: Journal) -> None:
     calls: list[str] = []
+    busy_started, others_waiting = asyncio.Event(), asyncio.Event()
 
-    def model(request: NeutralRequest) -> ModelOutput | str:
+    async def model(request: NeutralRequest) -> ModelOutput | str:
         asked = next(m.content for m in request.messages if m.role == "user")
         calls.append(asked)
         rounds = sum(1 for m in request.messages if m.role == "tool")
+        if "busy" in asked and rounds == 0:
+            busy_started.set()
+            await others_waiting.wait()
         if "busy" in asked and rounds < 8:
             return ModelOutput(tool_calls=(ToolCall(id=f"c{rounds}", name="noop", arguments="{}"),))
         return "done"
@@ -112,14 +117,22 @@ async def test_a_busy_stream_gives_its_slot_up_to_waiting_streams(journal: Journ
         """Do nothing."""
         return "nothing"
 
-    await new_agent_stream(journal, "a-busy", "busy")  # first in the queue (streams by name)
-    for n in range(3):
-        await new_agent_stream(journal, f"b-quick-{n}", f"quick {n}")
+    await new_agent_stream(journal, "busy", "busy")
     app = _app(FunctionModel(model), tools=[noop])
-    async with running(Worker(journal, app, concurrency=1, quantum=2, **FAST)):
+    worker = Worker(journal, app, concurrency=1, quantum=2, **FAST)
+    async with running(worker):
+        await busy_started.wait()  # the one slot is taken by the busy stream
+        for n in range(3):
+            await new_agent_stream(journal, f"quick-{n}", f"quick {n}")
+
+        async def queued() -> bool:
+            return len(worker.waiting) == 3
+
+        await eventually(queued, what="the quick streams wait")
+        others_waiting.set()
 
         async def all_answered() -> bool:
-            return all([await answered(journal, s) for s in ("a-busy", "b-quick-2")])
+            return all([await answered(journal, s) for s in ("busy", "quick-0", "quick-2")])
 
         await eventually(all_answered, what="every stream answered")
     busy = [i for i, asked in enumerate(calls) if "busy" in asked]
@@ -319,3 +332,24 @@ async def test_tool_calls_are_answered_under_the_worker(journal: Journal) -> Non
     [(_, result)] = await events_of(journal, "chat", ToolCallResult)
     assert result.content == "5"
     assert [e.text for _, e in await events_of(journal, "chat", LlmResponse)][-1] == "the sum is 5"
+
+
+class Swallowing(MemoryStore):
+    """A store whose ``latest`` swallows a cancel landing in it, as a connection pool's
+    ``wait_for`` does on Python 3.11 when a connection frees up at that moment."""
+
+    async def latest(self, *args: Any, **kwargs: Any) -> Any:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0.05)
+        return await super().latest(*args, **kwargs)
+
+
+async def test_a_cancel_the_store_swallowed_does_not_hold_a_turn_forever() -> None:
+    """The interrupt watcher of a request is cancelled once the answer is in; a cancel
+    swallowed under it must still end it (a worker's agent would hang there, renewing its
+    lease for ever)."""
+    journal = Journal(Swallowing())
+    await new_agent_stream(journal, "chat")
+    agent = Agent(journal, "chat", FunctionModel(lambda request: "ok"))
+    report = await asyncio.wait_for(agent.run_until_idle(), 30)  # a bound against the hang
+    assert len(report.requests) == 1 and await answered(journal, "chat")

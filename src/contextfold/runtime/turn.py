@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
+from .._aio import CancelWatch
 from ..context.events import (
     ContextAdded,
     LlmRequestInterrupted,
@@ -201,12 +202,14 @@ class TurnSteps(CompactionSteps):
         """Return the offset of the first ``interrupt`` item appended after request @offset."""
         # Start the tail at the request, never by reading the stream from its start. When a
         # newer request has superseded @offset, only items from now on can interrupt it.
+        cancel = CancelWatch()  # a cancel the connection pool swallowed still ends the watch
         latest = await self.journal.latest(self.stream, [LlmRequestRequested])
         cursor: str | None
         if latest and latest[0].position == offset:
             cursor = latest[0].cursor
         else:
             cursor = await self.journal.head(self.stream)
+        cancel.check()  # else the tail below would wait forever and hold the turn with it
         tail = self.journal.subscribe(self.stream, after=cursor, poll_interval=_INTERRUPT_POLL)
         # Closed here on return (a PostgreSQL tail stops listening), not by the garbage
         # collector later in a task nobody awaits.

@@ -36,6 +36,7 @@ import contextlib
 import inspect
 import logging
 import math
+import random
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -169,6 +170,7 @@ class Worker:
         self._scan_failures = 0
         self._started = False
         self._stats = WorkerStats()
+        self._random = random.Random(self.holder)
 
     # -- what callers see -------------------------------------------------------------------
 
@@ -185,6 +187,11 @@ class Worker:
     def serving(self) -> tuple[str, ...]:
         """The streams whose agents run now."""
         return tuple(sorted(self._running))
+
+    @property
+    def waiting(self) -> tuple[str, ...]:
+        """The streams queued for a free slot, first first."""
+        return tuple(self._queue)
 
     def stop(self) -> None:
         """Stop claiming; agents end after their step in progress (see the module docstring)."""
@@ -241,6 +248,7 @@ class Worker:
                 MAX_LIMIT,
             )
         keyed = self._key_of()
+        changed: list[str] = []
         for info in infos:
             if keyed is not None:
                 key = keyed(self.journal.namespace, info.stream)
@@ -248,7 +256,11 @@ class Worker:
                 self._foreign.discard(key)
             if self._versions.get(info.stream) != info.version:
                 self._versions[info.stream] = info.version
-                self._changed(info.stream)
+                changed.append(info.stream)
+        # Workers scanning the same list would otherwise race for the same streams in order.
+        self._random.shuffle(changed)
+        for stream in changed:
+            self._changed(stream)
         # Keys no stream of this namespace has are another namespace's: ignored from now on.
         if len(self._foreign) > _MAX_FOREIGN:
             self._foreign.clear()
