@@ -42,8 +42,8 @@ from contextfold.integrations.adk import (
 )
 from contextfold.journal import Journal, open_journal
 from contextfold.journal.encode import check_stream
-from contextfold.store.urls import open_store
 from contextfold.store.memory import MemoryStore
+from contextfold.store.urls import open_store
 
 APP = "app"
 
