@@ -4,6 +4,8 @@ share the index with longer ones; the vector check is by its concrete type."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
@@ -69,6 +71,7 @@ programs = st.lists(st.tuples(st.integers(min_value=0), events), max_size=60)
 def test_attach_reaches_the_newest_segment_on_every_state_forks_included(
     program: list[tuple[int, cf.Event]],
 ) -> None:
+    states: list[tuple[cf.SegmentedState[Any, Any], Model]]
     states = [(FOLD.initial_state(), ())]
     for position, (pick, event) in enumerate(program, 1):
         state, model = states[pick % len(states)]  # any earlier state: forks too
@@ -83,7 +86,7 @@ def test_attach_reaches_the_newest_segment_on_every_state_forks_included(
 
 
 def test_an_open_by_the_newest_state_extends_the_shared_index_in_place() -> None:
-    state = FOLD.apply(FOLD.initial_state(), _env(Open(id="a"), 1))
+    state: cf.SegmentedState[Any, Any] = FOLD.apply(FOLD.initial_state(), _env(Open(id="a"), 1))
     state = FOLD.apply(state, _env(Add(id="a", value=1), 2))  # builds the index
     index = state._ids
     assert index is not None
@@ -94,5 +97,5 @@ def test_an_open_by_the_newest_state_extends_the_shared_index_in_place() -> None
 
 
 def test_segments_that_are_not_a_vector_become_one() -> None:
-    state = cf.SegmentedState([cf.Segment("a", Data())])
+    state: cf.SegmentedState[Data, Any] = cf.SegmentedState([cf.Segment("a", Data())])
     assert type(state.segments) is segmented._PVECTOR
