@@ -33,6 +33,7 @@ from contextfold.runtime.lease import (
     StreamLease,
     StreamLeased,
     claim_lease,
+    confirm_claim,
     hold_lease,
     lease_table,
     read_lease,
@@ -115,7 +116,7 @@ async def test_after_expiry_a_takeover_fences_the_old_holder_off(
     clock.advance(11)
     new = await claim_lease(journal, STREAM, holder="w2", ttl=10)
     version = await journal.version(STREAM)
-    with pytest.raises(LeaseLostError, match="claimed by 'w2'") as caught:
+    with pytest.raises(LeaseLostError, match="leased by 'w2'") as caught:
         await old.journal.append(STREAM, user("too late"))
     assert caught.value.holder == "w1" and caught.value.position == new.version
     assert old.lost and not old.active
@@ -365,3 +366,61 @@ def test_an_append_lands_exactly_while_its_instance_holds_the_newest_claim(ops: 
                     assert event.content == f"by {token}"
 
     asyncio.run(run())
+
+
+async def test_a_lazy_claim_lands_with_the_first_append_and_is_dropped_unused(
+    journal: Journal,
+) -> None:
+    await journal.append(STREAM, user("hi"))
+    lease = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    assert lease.pending and await read_lease(journal, STREAM) is None  # nothing written
+    done = await lease.journal.append(STREAM, user("the holder's first append"))
+    assert done.first_position == 2 and done.last_position == 3  # the claim goes last
+    record = await read_lease(journal, STREAM)
+    assert record is not None and (record.token, record.position) == (lease.token, 3)
+    assert not lease.pending
+    unused = await claim_lease(journal, "other", holder="w1", ttl=10, lazy=True)
+    await unused.release()
+    assert await journal.version("other") == 0  # a claim nothing used leaves no trace
+
+
+async def test_of_two_lazy_claimants_only_the_first_to_append_holds_the_stream(
+    journal: Journal,
+) -> None:
+    await journal.append(STREAM, user("hi"))
+    first = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    second = await claim_lease(journal, STREAM, holder="w2", ttl=10, lazy=True)  # both free
+    await journal.append(STREAM, user("someone else"))  # not a lease: no loss by itself
+    await second.journal.append(STREAM, user("w2 was first"))
+    version = await journal.version(STREAM)
+    with pytest.raises(LeaseLostError, match="leased by 'w2'"):
+        await first.journal.append(STREAM, user("w1 too late"))
+    assert await journal.version(STREAM) == version
+
+
+async def test_a_lazy_claim_lands_before_a_summary_call(journal: Journal) -> None:
+    """A compaction's summary call is the one model call no append precedes: the claim
+    lands before it, so two instances never both summarize."""
+    from contextfold.context.compaction import COMPACTION_INSTRUCTION
+    from contextfold.wire import ModelOutput, Usage
+
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, user("question"))
+
+    def heavy(request: NeutralRequest) -> ModelOutput:
+        return ModelOutput(text="answer", usage=Usage(input_tokens=100_000, output_tokens=10))
+
+    await Agent(journal, STREAM, FunctionModel(heavy), compaction_threshold=1.0).run_until_idle()
+    lease = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    seen: list[str | None] = []
+
+    async def summarizer(request: NeutralRequest) -> ModelOutput:
+        assert request.messages[-1].content == COMPACTION_INSTRUCTION
+        record = await read_lease(journal, STREAM)
+        seen.append(record.token if record is not None else None)
+        return ModelOutput(text="SUMMARY", usage=Usage(input_tokens=900, output_tokens=5))
+
+    agent = Agent(lease.journal, STREAM, FunctionModel(summarizer), compaction_threshold=0.5)
+    report = await agent.run_until_idle()
+    assert len(report.compactions) == 1 and seen == [lease.token]
+    await confirm_claim(journal)  # a plain journal: nothing to land

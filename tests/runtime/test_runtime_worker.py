@@ -353,3 +353,32 @@ async def test_a_cancel_the_store_swallowed_does_not_hold_a_turn_forever() -> No
     agent = Agent(journal, "chat", FunctionModel(lambda request: "ok"))
     report = await asyncio.wait_for(agent.run_until_idle(), 30)  # a bound against the hang
     assert len(report.requests) == 1 and await answered(journal, "chat")
+
+
+class SlowLatest(MemoryStore):
+    """A store whose ``latest`` takes a moment, counting the calls cut short by a cancel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = self.finished = 0
+
+    async def latest(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            self.cut += 1
+            raise
+        self.finished += 1
+        return await super().latest(*args, **kwargs)
+
+
+async def test_an_answered_request_lets_its_watcher_end_the_read_it_began() -> None:
+    """An instant answer comes while the interrupt watcher still reads where its tail
+    starts: the read is let end, not cut short (on PostgreSQL a cancelled query costs a
+    cancel request, a connection of its own, for every turn)."""
+    store = SlowLatest()
+    journal = Journal(store)
+    await new_agent_stream(journal, "chat")
+    await Agent(journal, "chat", FunctionModel(lambda request: "ok")).run_until_idle()
+    assert await answered(journal, "chat")
+    assert store.cut == 0 and store.finished >= 1

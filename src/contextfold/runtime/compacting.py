@@ -32,6 +32,7 @@ from ..errors import CompactionError, RenderError
 from ..wire import NeutralRequest, Transport, render_request
 from .events import CompactionFinished, CompactionStarted
 from .instance import RunReport
+from .lease import confirm_claim
 from .materializing import MaterializingSteps
 from .scheduling import SchedulerState
 
@@ -132,6 +133,7 @@ class CompactionSteps(MaterializingSteps):
         rendered = render_request(neutral, self.model.transport)
         await self._emit(CompactionStarted(offset=offset))
         self._cancel.check()  # no summary call for a cancelled agent either
+        await confirm_claim(self.journal)  # no append precedes this call: a lazy lease lands
         output = await self.model.complete(neutral, rendered)
         summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
         await self.journal.append(self.stream, summary, actor="agent")

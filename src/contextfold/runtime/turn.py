@@ -50,6 +50,9 @@ log = logging.getLogger("contextfold.runtime")
 # In-process appends wake the interrupt watcher at once (the store's wakeups); this is only
 # how often it looks for an interrupt appended by another process during a model call.
 _INTERRUPT_POLL = 0.25
+# How long an answered request waits for its interrupt watcher's start-up read to end (a
+# store that does not answer by then has the read cut short after all).
+_STARTING_READ = 1.0
 
 
 class TurnSteps(CompactionSteps):
@@ -172,14 +175,16 @@ class TurnSteps(CompactionSteps):
 
         self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
-        watch = asyncio.create_task(self._watch_interrupts(offset))
+        answered, tailing = asyncio.Event(), asyncio.Event()
+        watch = asyncio.create_task(self._watch_interrupts(offset, answered, tailing))
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # a cancel of the agent: its caller tells the observers
             await _cancel(call, watch)
             raise
         if call in done:
-            await _cancel(watch)
+            answered.set()
+            await _stop_watch(watch, tailing)
             if call.cancelled():
                 # Only this loop cancels the call, and it has not: the model's own work was
                 # cancelled (a future it awaited). A provider failure, not a shutdown.
@@ -190,6 +195,7 @@ class TurnSteps(CompactionSteps):
             return call.result()
         await _cancel(call)  # the provider call is over (its stream closed) before we go on
         interrupter = watch.result()
+        assert interrupter is not None  # None only once answered
         await self.journal.append(
             self.stream,
             LlmRequestInterrupted(request_offset=offset, reason=f"interrupted by @{interrupter}"),
@@ -198,8 +204,11 @@ class TurnSteps(CompactionSteps):
         await self._emit(RequestInterrupted(offset=offset, by=interrupter))
         return None
 
-    async def _watch_interrupts(self, offset: int) -> int:
-        """Return the offset of the first ``interrupt`` item appended after request @offset."""
+    async def _watch_interrupts(
+        self, offset: int, answered: asyncio.Event, tailing: asyncio.Event
+    ) -> int | None:
+        """Return the offset of the first ``interrupt`` item appended after request @offset,
+        or None when ``answered`` is set before its tail starts (``tailing``)."""
         # Start the tail at the request, never by reading the stream from its start. When a
         # newer request has superseded @offset, only items from now on can interrupt it.
         cancel = CancelWatch()  # a cancel the connection pool swallowed still ends the watch
@@ -210,6 +219,9 @@ class TurnSteps(CompactionSteps):
         else:
             cursor = await self.journal.head(self.stream)
         cancel.check()  # else the tail below would wait forever and hold the turn with it
+        if answered.is_set():
+            return None
+        tailing.set()
         tail = self.journal.subscribe(self.stream, after=cursor, poll_interval=_INTERRUPT_POLL)
         # Closed here on return (a PostgreSQL tail stops listening), not by the garbage
         # collector later in a task nobody awaits.
@@ -264,6 +276,19 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _stop_watch(watch: asyncio.Task[int | None], tailing: asyncio.Event) -> None:
+    """Stop an interrupt watcher once the answer is in: one still reading where its tail
+    starts ends after that read (a query cut short costs PostgreSQL a cancel request, a
+    connection of its own); one tailing only waits, and is cancelled."""
+    if not tailing.is_set() and not watch.done():
+        try:
+            await asyncio.wait({watch}, timeout=_STARTING_READ)
+        except BaseException:
+            await _cancel(watch)
+            raise
+    await _cancel(watch)  # done by now (its failure is nobody's), or waiting, or stuck
 
 
 async def _finish(cleanup: Awaitable[None]) -> None:

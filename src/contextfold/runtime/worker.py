@@ -154,6 +154,7 @@ class Worker:
         self._queued: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()  # changed while running: looked at again after
+        self._settled: dict[str, int] = {}  # the version a run left a stream at, alone
         self._versions: dict[str, int] = {}
         self._blocked: dict[str, datetime] = {}  # looked at again at that time
         self._elsewhere: set[str] = set()  # blocked by another instance's lease
@@ -390,6 +391,11 @@ class Worker:
             self._wake.set()
 
     async def _work(self, stream: str) -> None:
+        settled = self._settled.pop(stream, None)
+        if settled is not None and await self.journal.version(stream) == settled:
+            # Nothing appended since this worker's run: the change it heard of was its own.
+            self._settled[stream] = settled
+            return
         paused = self._paused.get(stream)
         if paused is not None:
             if self.journal.clock() < paused:
@@ -409,7 +415,9 @@ class Worker:
         failures = self._failures.get(stream, 0)
         if self.lease:
             try:
-                lease = await claim_lease(self.journal, stream, holder=self.holder, ttl=self.ttl)
+                lease = await claim_lease(
+                    self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=True
+                )
             except LeaseHeldError as exc:
                 self._block_elsewhere(stream, datetime.fromisoformat(exc.expires_at))
                 return
@@ -425,7 +433,7 @@ class Worker:
         try:
             async with lease.renewing() if lease is not None else contextlib.nullcontext():
                 agent = await self._agent(journal, stream)
-                await self._run(agent, stream)
+                idle = await self._run(agent, stream)
         except LeaseLostError as exc:
             self._count(lost=1)
             log.info("worker %s: %s", self.holder, exc)
@@ -446,17 +454,27 @@ class Worker:
         self._failures.pop(stream, None)
         if lease is not None:
             await _quietly(lease.release())
+            if idle and lease.others_appended == 0 and not lease.active and not lease.lost:
+                # Released, and nobody else appended meanwhile: the changes heard of while
+                # it ran (and the ones still to come in) are this run's own appends.
+                self._settled[stream] = lease.version
+                self._dirty.discard(stream)
 
-    async def _run(self, agent: Agent, stream: str) -> None:
-        while True:
+    async def _run(self, agent: Agent, stream: str) -> bool:
+        """Run the agent until it has nothing to do (True), or until it gave its slot up to
+        waiting streams or the worker stops (False)."""
+        idle = False
+        while not self._stopping.is_set():
             report = await agent.run_until_idle(max_steps=self.quantum, stop=self._stopping)
             self._count(steps=report.steps)
-            if report.steps < self.quantum or self._stopping.is_set():
+            if report.steps < self.quantum:
+                idle = not self._stopping.is_set()
                 break
             if self._queue:  # others wait: this stream queues again at the end
                 self._dirty.add(stream)
                 break
         self._count(runs=1)
+        return idle
 
     async def _has_work(self, stream: str) -> bool:
         context = await self.journal.fold(AgentContext, stream)

@@ -90,6 +90,23 @@ WITH cur AS (
 )
 SELECT v, g, pg_notify('{NOTIFY_CHANNEL}', %(wake)s) FROM last
 """
+# An append with an expected version and no idempotency key in one statement, one round
+# trip: the stream row is locked and bumped only at the expected version (created only when
+# 0 is expected; a row ON CONFLICT leaves as it is stays locked); no row back: it differed.
+_INSERT_EXPECTED = _INSERT.replace(
+    f"""WITH cur AS (
+    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
+)""",
+    f"""WITH cur AS (
+    INSERT INTO cf_streams AS t (namespace, stream, version)
+    SELECT %(ns)s, %(s)s, %(n)s
+    WHERE %(expected)s::bigint = 0 OR EXISTS (SELECT 1 FROM cf_streams WHERE {_WHERE})
+    ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s
+        WHERE t.version = %(expected)s::bigint
+    RETURNING version - %(n)s AS v
+)""",
+)
+assert _INSERT_EXPECTED != _INSERT
 # One statement, one snapshot: an unknown cursor gives no row, a known one at least one.
 _READ_AFTER = f"""
 SELECT e.* FROM cf_events c LEFT JOIN LATERAL (

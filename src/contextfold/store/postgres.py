@@ -32,6 +32,7 @@ from ._postgres_sql import (
     _CHANNEL_SEP,
     _COLUMNS,
     _INSERT,
+    _INSERT_EXPECTED,
     _LOCK,
     _PAGE,
     _READ,
@@ -204,26 +205,33 @@ class PostgresStore(Store):
         inserted: psycopg.AsyncCursor[Any] | None = None
         async with self._connection(f"appending to stream {stream!r}") as conn, _pipeline(conn):
             async with conn.transaction() as tx:
-                locked = await conn.execute(_LOCK, args)
-                if idempotency_key is not None or expected_version is not None:
-                    # Checked under the lock; without checks the whole append is one round trip.
-                    seen = await conn.execute(_SEEN, args) if idempotency_key is not None else None
-                    row = await locked.fetchone()
-                    assert row is not None
-                    found = await seen.fetchone() if seen is not None else None
-                    outcome = _early_outcome(
-                        stream, idempotency_key, digest, found, expected_version, row[0] - n
-                    )
-                    if outcome is not None:
-                        raise psycopg.Rollback(tx)
-                inserted = await conn.execute(_INSERT, args)
+                if idempotency_key is None and expected_version is not None:
+                    # Checked, locked and inserted by one statement: one round trip too.
+                    checked = {**args, "expected": expected_version}
+                    inserted = await conn.execute(_INSERT_EXPECTED, checked)
+                else:
+                    locked = await conn.execute(_LOCK, args)
+                    if idempotency_key is not None:
+                        # Checked under the lock; without checks the append is one round trip.
+                        seen = await conn.execute(_SEEN, args)
+                        row = await locked.fetchone()
+                        assert row is not None
+                        found = await seen.fetchone()
+                        outcome = _early_outcome(
+                            stream, idempotency_key, digest, found, expected_version, row[0] - n
+                        )
+                        if outcome is not None:
+                            raise psycopg.Rollback(tx)
+                    inserted = await conn.execute(_INSERT, args)
             # Fetched after COMMIT so the insert and the commit share one round trip.
             last = await inserted.fetchone() if inserted is not None else None
         if isinstance(outcome, StoreError):
             raise outcome
         if outcome is not None:
             return outcome
-        assert last is not None
+        if last is None:  # the expected version differed: nothing was written
+            assert expected_version is not None
+            raise wrong_version(stream, expected_version, await self.version(namespace, stream))
         self._wake(wake)
         version, last_global = last[0], last[1]
         return AppendResult(stream, version + 1, version + n, str(last_global))
