@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from ..context.projection import AgentContext
+from ..context.state import AgentContextState
 from ..errors import (
     ConfigurationError,
     ConflictError,
@@ -73,6 +74,9 @@ _MAX_SCAN_PAUSE = 5.0
 _MAX_WAIT = 5.0
 _MAX_FOREIGN = 10_000  # notification keys of other namespaces remembered (then forgotten)
 _IDLE = frozenset({"idle", "queued"})
+_UNBORN = AgentContextState()
+_BUDGETS = TurnBudgets()
+_OTHERS_RECENT = 30.0  # seconds after seeing another holder's lease: look at leases first
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +176,7 @@ class Worker:
         self._started = False
         self._stats = WorkerStats()
         self._random = random.Random(self.holder)
+        self._others_seen = -math.inf  # when a lease of another holder was last met
 
     # -- what callers see -------------------------------------------------------------------
 
@@ -402,8 +407,12 @@ class Worker:
                 self._blocked[stream] = paused
                 return
             del self._paused[stream]
-        if stream in self._elsewhere:
-            # Leased to another instance when last seen: one look at the lease first.
+        loop = asyncio.get_running_loop()
+        if stream in self._elsewhere or (
+            self.lease and loop.time() < self._others_seen + _OTHERS_RECENT
+        ):
+            # Leased to another instance when last seen, or other workers are about: one
+            # look at the lease first (they may be on it) before reading the stream's state.
             self._elsewhere.discard(stream)
             current = await read_lease(self.journal, stream)
             if current is not None and not current.free_for(self.holder, self.journal.clock()):
@@ -477,10 +486,13 @@ class Worker:
         return idle
 
     async def _has_work(self, stream: str) -> bool:
-        context = await self.journal.fold(AgentContext, stream)
         sched = await self.journal.fold(Scheduler, stream)
-        # Budgets only tell a request from a halt: both are work.
-        return decide(sched, context, TurnBudgets()).action not in _IDLE
+        # Budgets only tell a request from a halt: both are work. The context only tells a
+        # request from a pending birth: without it, nothing to do is nothing to do.
+        if decide(sched, _UNBORN, _BUDGETS).action == "idle":
+            return False
+        context = await self.journal.fold(AgentContext, stream)
+        return decide(sched, context, _BUDGETS).action not in _IDLE
 
     async def _agent(self, journal: Journal, stream: str) -> Agent:
         made = self.app(journal, stream)
@@ -521,6 +533,7 @@ class Worker:
     def _block_elsewhere(self, stream: str, until: datetime) -> None:
         self._blocked[stream] = until
         self._elsewhere.add(stream)
+        self._others_seen = asyncio.get_running_loop().time()
 
     async def _drain(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the running agents, then cancel the rest."""
