@@ -69,7 +69,9 @@ class Agent(TurnSteps):
 
     Run one live Agent per stream. A new instance resumes a stopped or crashed one (it
     re-sends an unanswered request byte for byte and runs unanswered tool calls), so a
-    second live instance would take the first one's request in flight for a lost one.
+    second live instance would take the first one's request in flight for a lost one:
+    across processes, build it on a lease's journal (``cf.hold_lease``), or let a
+    ``cf.Worker`` run it, whose appends are fenced by the stream's lease.
     """
 
     def __init__(
