@@ -155,7 +155,6 @@ class IdempotencyConflictError(ConflictError):
         self.key = key
 
 
-
 class LeaseHeldError(ConflictError):
     """Another agent instance holds the stream's lease (``holder``, until ``expires_at``,
     an ISO-8601 time); nothing was written. Claim it again once it lapses or is released."""
