@@ -237,3 +237,32 @@ def test_serve_finds_the_journal_every_command_uses_with_its_transcript(
         output = served.close()
     assert "Traceback" not in output, output
     assert not served.db.exists()
+
+
+def test_serve_gives_up_on_an_unreachable_database_with_one_line() -> None:
+    """Its pool would wait 30 s behind warnings; serve says what is wrong after its startup
+    deadline (the subprocess timeout only keeps a hang from stalling the suite)."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "contextfold",
+            "serve",
+            "--port",
+            "0",
+            "--url",
+            f"postgresql://nobody@127.0.0.1:{port}/journal",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=25,
+        check=False,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "did not open within 5 s" in lines[0] and f"127.0.0.1:{port}" in lines[0]
+    assert "Traceback" not in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Iterable
@@ -11,8 +12,9 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp
 
-from ..errors import ConfigurationError, InvalidInputError
+from ..errors import ConfigurationError, InvalidInputError, StoreUnavailableError
 from ..journal import open_journal
+from ..store.urls import _without_password
 from ..transcript.store.factory import open_transcript_store
 from .app import LOOPBACK_HOSTS, create_app
 from .auth import token_writers
@@ -104,6 +106,10 @@ def _check_address(host: object, port: object) -> None:
         raise InvalidInputError(f"port must be a TCP port from 0 to 65535, got {port!r}")
 
 
+STARTUP_TIMEOUT = 5.0
+"""Seconds ``serve`` waits for its journal to open before it gives up with one clear line."""
+
+
 async def serve_async(
     url: str,
     host: str = "127.0.0.1",
@@ -139,8 +145,17 @@ async def serve_async(
         raise ConfigurationError(
             f"extra_connections must be an int >= 0, got {extra_connections!r}"
         )
-    # Entering the journal opens the store now: a bad URL or file fails before serving.
-    async with open_journal(url) as journal:
+    # Entering the journal opens the store now: a bad URL or file fails before serving, and
+    # an unreachable database within STARTUP_TIMEOUT (its pool would wait 30 s).
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            async with asyncio.timeout(STARTUP_TIMEOUT):
+                journal = await stack.enter_async_context(open_journal(url))
+        except TimeoutError:
+            raise StoreUnavailableError(
+                f"the journal at {_without_password(url)} did not open within "
+                f"{STARTUP_TIMEOUT:g} s: check that the database is up and the URL is right"
+            ) from None
         transcript = open_transcript_store(url, namespace=journal.namespace)
         await transcript.open()
         try:
