@@ -11,6 +11,7 @@ classes.
     ├── InvalidInputError (ValueError)         an argument is not acceptable; nothing was written
     │   ├── InvalidStreamNameError
     │   ├── PayloadError                       not JSON, NaN/inf, over the size limit
+    │   │   └── StrictJsonError                JSON text that would not round-trip unchanged
     │   ├── InvalidCursorError
     │   │   └── UnknownCursorError             names no event of the stream (surfaces)
     │   └── ConfigurationError                 a setting out of range or of a wrong kind
@@ -67,6 +68,7 @@ __all__ = [
     "StoreError",
     "StoreFileMovedError",
     "StoreUnavailableError",
+    "StrictJsonError",
     "UnknownCursorError",
     "UnknownEventTypeError",
     "UnknownStreamError",
@@ -99,6 +101,12 @@ class PayloadError(InvalidInputError):
     """A value to store is not JSON (a key that is no str, NaN or infinity, an integer past
     64 bits, nesting too deep), or an event payload is over the size limit; the message names
     the field at fault."""
+
+
+class StrictJsonError(PayloadError):
+    """A JSON text is valid but would not round-trip unchanged (a key given twice in one
+    object, an integer outside -2**63..2**64-1, nesting too deep to check); the message
+    names the place (``events[0].payload.n``) and what to send instead."""
 
 
 class InvalidCursorError(InvalidInputError):

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 
 from ..context.events import ContextAdded
-from ..errors import InvalidInputError, PayloadError, UnknownEventTypeError
+from ..errors import InvalidInputError, PayloadError, StrictJsonError, UnknownEventTypeError
 from ..events import Event, RawEvent, event_class
 from ..journal.encode import check_namespace
 from . import strict_json
@@ -86,7 +86,7 @@ async def read_json(request: Request, *, max_bytes: int) -> Any:
         return strict_json.loads(b"".join(chunks))
     except orjson.JSONDecodeError as exc:
         raise RequestBodyError(f"the body is not valid JSON: {exc}") from None
-    except strict_json.StrictJsonError as exc:
+    except StrictJsonError as exc:
         raise RequestBodyError(f"the body is refused at {exc}; nothing was written") from None
 
 

@@ -15,16 +15,14 @@ from typing import Any
 
 import orjson
 
-__all__ = ["StrictJsonError", "loads"]
+from ..errors import StrictJsonError
+
+__all__ = ["loads"]
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 # 2**63 has 19 digits: any integer the library cannot store has at least as many.
 _LONG_DIGITS = re.compile(rb"\d{19,}")
 _INT_LOW, _INT_HIGH = -(2**63), 2**64  # what canonical.check_json_value accepts
-
-
-class StrictJsonError(ValueError):
-    """The body is valid JSON that would not round-trip; the message names the place."""
 
 
 def loads(data: bytes) -> Any:
