@@ -3,16 +3,17 @@
 A request @N is a pure function of the journal through N: the context fold through the
 request event (which carries its header snapshot) rendered for the header's transport.
 Whatever is appended later, the rebuild gives the same bytes. ``RequestRecorded`` keeps
-the hash of the bytes actually sent, so :func:`verify_requests` can prove it, and the
-manifest of a request of an event-driven turn (``turns``), which the rebuild recomputes
-from the turn records through the request (:func:`rebuild_manifest`).
+the hash of the bytes actually sent, so :class:`RequestVerifier` (and
+:func:`verify_requests`) can prove it, and the manifest of a request of an event-driven
+turn (``turns``), which the rebuild recomputes from the turn records through the request
+(:func:`rebuild_manifest`).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
@@ -30,6 +31,8 @@ from .turns import Turns, TurnState, fold_turns, turns_through
 __all__ = [
     "RequestDrift",
     "RequestRecorded",
+    "RequestVerifier",
+    "VerifySummary",
     "rebuild_manifest",
     "rebuild_request",
     "rebuild_state",
@@ -129,51 +132,91 @@ async def rebuild_manifest(journal: _Reader, stream: str, offset: int) -> Manife
 
 
 @dataclass(frozen=True, slots=True)
+class VerifySummary:
+    """What a verification found so far; its size does not depend on the stream's.
+
+    ``requests``: distinct request offsets recorded (a retry's record counts once);
+    ``records``: records read; ``drifts``: drifts found, ``first_drift`` the first of them;
+    ``largest``: bytes of the largest request body rebuilt.
+    """
+
+    requests: int = 0
+    records: int = 0
+    drifts: int = 0
+    first_drift: RequestDrift | None = None
+    largest: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class _Record:
     sha256: str
     manifest: str | None
 
 
-def _drifts(
-    state: AgentContextState,
-    turns: TurnState,
-    stream: str,
-    offset: int,
-    records: list[_Record],
-) -> list[RequestDrift]:
+@dataclass(frozen=True, slots=True)
+class _Check:
+    """What a record of one request must match: the hash of its rebuilt body (None, and
+    why, when it cannot be rebuilt), its manifest's hash from the turn records through it,
+    and what does not hold in those records."""
+
+    rebuilt: str | None
+    error: str | None
+    manifest: str | None
+    problems: tuple[str, ...]
+    size: int
+
+
+_RECORD = RequestRecorded.event_type
+
+
+def _check(state: AgentContextState, turns: TurnState, stream: str, offset: int) -> _Check:
+    """The check of request @``offset`` from the states folded exactly through it; the
+    rendered body is dropped here, only its hash and size are kept."""
     try:
-        rebuilt: str | None = _render(state, stream, offset).sha256
-        error = None
+        rendered = _render(state, stream, offset)
     except RebuildError as exc:
-        rebuilt, error = None, str(exc)
+        return _Check(None, str(exc), None, (), 0)
     manifest = turns.manifest
-    rebuilt_manifest = manifest.hash if manifest is not None else None
     problems = turns.problems_at(offset) if manifest is not None else ()
-    drifts = []
-    for record in records:
-        if record.sha256 != rebuilt:
-            drifts.append(RequestDrift(offset, record.sha256, rebuilt, error))
-        elif record.manifest != rebuilt_manifest:
-            drifts.append(
-                RequestDrift(
-                    offset,
-                    record.sha256,
-                    rebuilt,
-                    f"request @{offset} of stream {stream!r} recorded manifest "
-                    f"{record.manifest}; its turn records through it give {rebuilt_manifest}",
-                )
-            )
-        elif problems:
-            drifts.append(
-                RequestDrift(
-                    offset,
-                    record.sha256,
-                    rebuilt,
-                    f"request @{offset} of stream {stream!r}: its turn's records do not "
-                    f"hold: {'; '.join(problems)}",
-                )
-            )
-    return drifts
+    hashed = manifest.hash if manifest is not None else None
+    return _Check(rendered.sha256, None, hashed, problems, len(rendered.body))
+
+
+def _drift(check: _Check, record: _Record, stream: str, offset: int) -> RequestDrift | None:
+    """The drift of one record of request @``offset`` from its check, None when it holds."""
+    if record.sha256 != check.rebuilt:
+        return RequestDrift(offset, record.sha256, check.rebuilt, check.error)
+    if record.manifest != check.manifest:
+        return RequestDrift(
+            offset,
+            record.sha256,
+            check.rebuilt,
+            f"request @{offset} of stream {stream!r} recorded manifest "
+            f"{record.manifest}; its turn records through it give {check.manifest}",
+        )
+    if check.problems:
+        return RequestDrift(
+            offset,
+            record.sha256,
+            check.rebuilt,
+            f"request @{offset} of stream {stream!r}: its turn's records do not "
+            f"hold: {'; '.join(check.problems)}",
+        )
+    return None
+
+
+def _record(stored: StoredEvent) -> tuple[int, _Record]:
+    record = stored.decode(RequestRecorded)
+    assert isinstance(record, RequestRecorded)
+    manifest = record.manifest.hash if record.manifest is not None else None
+    return record.request_offset, _Record(record.sha256, manifest)
+
+
+def _in_order(latest: int | None, position: int, offset: int) -> bool:
+    """Whether a record at ``position`` naming ``offset`` is checked where it is read: it
+    names the latest request before it, or a position between that request and itself
+    (which is then no request). Every other record is checked after the pass."""
+    return offset == latest or (latest or 0) < offset < position
 
 
 def _matters(turns: TurnState, type_name: str) -> bool:
@@ -187,48 +230,159 @@ def _matters(turns: TurnState, type_name: str) -> bool:
     return type_name != LlmResponse.event_type or turns.open
 
 
-async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
-    """Rebuild every recorded request of ``stream`` and report each record whose hash the
-    rebuild does not give: different bytes, or an offset that is no request (an error);
-    or whose manifest the turn records through the request do not give, or whose turn's
-    envelope is not the item that followed its record.
+class RequestVerifier:
+    """Rebuilds every recorded request of ``stream`` and yields each record whose hash the
+    rebuild does not give (different bytes, or an offset that is no request: an error), or
+    whose manifest the turn records through the request do not give, or whose turn's
+    envelope is not the item that followed its record. Iterate it once; :attr:`summary`
+    holds the counts so far, final when the iteration ends.
 
-    Every record counts (a retry records the same request again), in offset order.
-    A request that was never recorded (interrupted before it was sent) is not checked.
-    One pass: the records and the context events are each read once, the events folded
-    in order, and each recorded request rendered from the state folded exactly through
-    it; nothing is re-read per request (each still costs its own render).
+    One pass, page by page: records and events are read together in stream order, and a
+    record naming the latest request (as the runtime writes them) is checked against that
+    request rebuilt from the state folded exactly through it, whose body is dropped once
+    hashed. Memory is the fold state and one request, whatever the number of requests. A
+    record naming an older request (written by hand) is checked after the pass, by a
+    second one up to the same position. A record identical to an earlier one of the same
+    request is checked once; a request never recorded is not checked.
+    Raises what the journal raises, and CorruptEventError for a record that does not decode.
     """
-    recorded: dict[int, list[_Record]] = {}
-    async for stored in journal.read_all(stream, types=(RequestRecorded.event_type,)):
-        record = stored.decode(RequestRecorded)
-        assert isinstance(record, RequestRecorded)
-        records = recorded.setdefault(record.request_offset, [])
-        seen = _Record(record.sha256, record.manifest.hash if record.manifest else None)
-        if seen not in records:
-            records.append(seen)
-    pending = sorted(recorded)
-    drifts: list[RequestDrift] = []
-    state = AgentContext.initial_state()
-    turns = Turns.initial_state()
-    index = 0
-    if pending:
+
+    def __init__(self, journal: _Reader, stream: str, *, page_size: int = 1000) -> None:
+        self._journal = journal
+        self._stream = stream
+        self._page_size = page_size
+        self._summary = VerifySummary()
+        self._run = self._verify()
+
+    @property
+    def summary(self) -> VerifySummary:
+        """The counts so far."""
+        return self._summary
+
+    def __aiter__(self) -> RequestVerifier:
+        return self
+
+    async def __anext__(self) -> RequestDrift:
+        return await self._run.__anext__()
+
+    async def aclose(self) -> None:
+        """Stop verifying (the journal reads are closed)."""
+        await self._run.aclose()
+
+    def _read(self) -> AsyncIterator[StoredEvent]:
+        types = sorted({*AgentContext.event_types, *Turns.event_types, _RECORD})
+        return self._journal.read_all(self._stream, types=types, page_size=self._page_size)
+
+    def _counted(self, check: _Check) -> None:
+        s = self._summary
+        largest = max(s.largest, check.size)
+        self._summary = replace(s, requests=s.requests + 1, largest=largest)
+
+    def _found(self, drift: RequestDrift | None) -> RequestDrift | None:
+        if drift is not None:
+            s = self._summary
+            first = drift if s.first_drift is None else s.first_drift
+            self._summary = replace(s, drifts=s.drifts + 1, first_drift=first)
+        return drift
+
+    async def _verify(self) -> AsyncGenerator[RequestDrift, None]:
+        stream = self._stream
         context_types = frozenset(AgentContext.event_types)
         turn_types = frozenset(Turns.event_types)
-        events = journal.read_all(stream, types=sorted(context_types | turn_types))
+        state = AgentContext.initial_state()
+        turns = Turns.initial_state()
+        at: tuple[AgentContextState, TurnState] | None = None  # through the latest request
+        window: dict[int, tuple[_Check, set[_Record]]] = {}  # checked since that request
+        later: dict[int, list[_Record]] = {}  # records checked after the pass
+        last = 0
+        events = self._read()
         async with aclosing(events):  # type: ignore[type-var]
             async for stored in events:
-                # The states now hold every event before this one.
-                while index < len(pending) and pending[index] < stored.position:
-                    offset = pending[index]
-                    drifts.extend(_drifts(state, turns, stream, offset, recorded[offset]))
-                    index += 1
-                if index == len(pending):
-                    break
+                last = stored.position
+                if stored.type == _RECORD:
+                    offset, record = _record(stored)
+                    self._summary = replace(self._summary, records=self._summary.records + 1)
+                    if not _in_order(state.request_offset, stored.position, offset):
+                        kept = later.setdefault(offset, [])
+                        if record not in kept:
+                            kept.append(record)
+                        continue
+                    entry = window.get(offset)
+                    if entry is None:
+                        if offset == state.request_offset:
+                            assert at is not None  # taken at the request, used once
+                            check, at = _check(*at, stream, offset), None
+                        else:  # no request: any state says so
+                            check = _check(state, turns, stream, offset)
+                        entry = window[offset] = (check, set())
+                        self._counted(check)
+                    check, seen = entry
+                    if record not in seen:
+                        seen.add(record)
+                        drift = self._found(_drift(check, record, stream, offset))
+                        if drift is not None:
+                            yield drift
+                    continue
                 if stored.type in context_types:
                     state = _fold(state, stored)
                 if stored.type in turn_types and _matters(turns, stored.type):
                     turns = fold_turns(turns, stored)
-    for offset in pending[index:]:
-        drifts.extend(_drifts(state, turns, stream, offset, recorded[offset]))
-    return tuple(drifts)
+                if state.request_offset == stored.position:
+                    at, window = (state, turns), {}
+        if later:
+            async for drift in self._recheck(later, last):
+                yield drift
+
+    async def _recheck(
+        self, later: dict[int, list[_Record]], last: int
+    ) -> AsyncGenerator[RequestDrift, None]:
+        """The records the pass left for later, by offset: each request rebuilt from the
+        states folded through it, the pass's own checks of the same request recognised
+        by replaying it (so nothing is counted or reported twice)."""
+        stream = self._stream
+        context_types = frozenset(AgentContext.event_types)
+        turn_types = frozenset(Turns.event_types)
+        pending = sorted(later)
+        checks: dict[int, _Check] = {}
+        checked: dict[int, set[_Record]] = {}  # what the pass checked of those offsets
+        state = AgentContext.initial_state()
+        turns = Turns.initial_state()
+        index = 0
+        events = self._read()
+        async with aclosing(events):  # type: ignore[type-var]
+            async for stored in events:
+                if stored.position > last:
+                    break  # appended since the pass: not part of this verification
+                # The states now hold every event before this one.
+                while index < len(pending) and pending[index] < stored.position:
+                    checks[pending[index]] = _check(state, turns, stream, pending[index])
+                    index += 1
+                if stored.type == _RECORD:
+                    offset, record = _record(stored)
+                    if offset in later and _in_order(state.request_offset, stored.position, offset):
+                        checked.setdefault(offset, set()).add(record)
+                    continue
+                if stored.type in context_types:
+                    state = _fold(state, stored)
+                if stored.type in turn_types and _matters(turns, stored.type):
+                    turns = fold_turns(turns, stored)
+        for offset in pending[index:]:
+            checks[offset] = _check(state, turns, stream, offset)
+        for offset in pending:
+            check, seen = checks[offset], checked.get(offset, set())
+            if not seen:
+                self._counted(check)
+            for record in later[offset]:
+                if record not in seen:
+                    drift = self._found(_drift(check, record, stream, offset))
+                    if drift is not None:
+                        yield drift
+
+
+async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
+    """Every drift :class:`RequestVerifier` finds in ``stream``, by request offset (records
+    of one request in stream order). Holds the drifts only: iterate a
+    :class:`RequestVerifier` to hold none."""
+    async with aclosing(RequestVerifier(journal, stream)) as verifier:
+        found = [drift async for drift in verifier]
+    return tuple(sorted(found, key=lambda drift: drift.request_offset))
