@@ -72,12 +72,14 @@ class _Reader(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RequestDrift:
-    """A recorded request whose rebuild differs (or fails)."""
+    """A recorded request whose rebuild differs (or fails); ``recorded_at`` is the position
+    of the record that says so."""
 
     request_offset: int
     recorded: str
     rebuilt: str | None
     error: str | None = None
+    recorded_at: int | None = None
 
 
 def _fold(state: AgentContextState, stored: StoredEvent) -> AgentContextState:
@@ -182,27 +184,26 @@ def _check(state: AgentContextState, turns: TurnState, stream: str, offset: int)
     return _Check(rendered.sha256, None, hashed, problems, len(rendered.body))
 
 
-def _drift(check: _Check, record: _Record, stream: str, offset: int) -> RequestDrift | None:
-    """The drift of one record of request @``offset`` from its check, None when it holds."""
-    if record.sha256 != check.rebuilt:
-        return RequestDrift(offset, record.sha256, check.rebuilt, check.error)
-    if record.manifest != check.manifest:
-        return RequestDrift(
-            offset,
-            record.sha256,
-            check.rebuilt,
-            f"request @{offset} of stream {stream!r} recorded manifest "
-            f"{record.manifest}; its turn records through it give {check.manifest}",
-        )
-    if check.problems:
-        return RequestDrift(
-            offset,
-            record.sha256,
-            check.rebuilt,
-            f"request @{offset} of stream {stream!r}: its turn's records do not "
-            f"hold: {'; '.join(check.problems)}",
-        )
-    return None
+def _drift(
+    check: _Check, record: _Record, stream: str, offset: int, position: int
+) -> RequestDrift | None:
+    """The drift of the record at ``position`` of request @``offset`` from its check, None
+    when it holds."""
+    error = check.error
+    if record.sha256 == check.rebuilt:
+        if record.manifest != check.manifest:
+            error = (
+                f"request @{offset} of stream {stream!r} recorded manifest "
+                f"{record.manifest}; its turn records through it give {check.manifest}"
+            )
+        elif check.problems:
+            error = (
+                f"request @{offset} of stream {stream!r}: its turn's records do not "
+                f"hold: {'; '.join(check.problems)}"
+            )
+        else:
+            return None
+    return RequestDrift(offset, record.sha256, check.rebuilt, error, position)
 
 
 def _record(stored: StoredEvent) -> tuple[int, _Record]:
@@ -252,6 +253,8 @@ class RequestVerifier:
         self._stream = stream
         self._page_size = page_size
         self._summary = VerifySummary()
+        self._context_types = frozenset(AgentContext.event_types)
+        self._turn_types = frozenset(Turns.event_types)
         self._run = self._verify()
 
     @property
@@ -270,30 +273,37 @@ class RequestVerifier:
         await self._run.aclose()
 
     def _read(self) -> AsyncIterator[StoredEvent]:
-        types = sorted({*AgentContext.event_types, *Turns.event_types, _RECORD})
+        types = sorted({*self._context_types, *self._turn_types, _RECORD})
         return self._journal.read_all(self._stream, types=types, page_size=self._page_size)
+
+    def _step(
+        self, state: AgentContextState, turns: TurnState, stored: StoredEvent
+    ) -> tuple[AgentContextState, TurnState]:
+        """Both states with one event that is no record folded in."""
+        if stored.type in self._context_types:
+            state = _fold(state, stored)
+        if stored.type in self._turn_types and _matters(turns, stored.type):
+            turns = fold_turns(turns, stored)
+        return state, turns
 
     def _counted(self, check: _Check) -> None:
         s = self._summary
         largest = max(s.largest, check.size)
         self._summary = replace(s, requests=s.requests + 1, largest=largest)
 
-    def _found(self, drift: RequestDrift | None) -> RequestDrift | None:
-        if drift is not None:
-            s = self._summary
-            first = drift if s.first_drift is None else s.first_drift
-            self._summary = replace(s, drifts=s.drifts + 1, first_drift=first)
+    def _found(self, drift: RequestDrift) -> RequestDrift:
+        s = self._summary
+        first = drift if s.first_drift is None else s.first_drift
+        self._summary = replace(s, drifts=s.drifts + 1, first_drift=first)
         return drift
 
     async def _verify(self) -> AsyncGenerator[RequestDrift, None]:
         stream = self._stream
-        context_types = frozenset(AgentContext.event_types)
-        turn_types = frozenset(Turns.event_types)
         state = AgentContext.initial_state()
         turns = Turns.initial_state()
         at: tuple[AgentContextState, TurnState] | None = None  # through the latest request
         window: dict[int, tuple[_Check, set[_Record]]] = {}  # checked since that request
-        later: dict[int, list[_Record]] = {}  # records checked after the pass
+        later: dict[int, dict[_Record, int]] = {}  # checked after the pass, by position
         last = 0
         events = self._read()
         async with aclosing(events):  # type: ignore[type-var]
@@ -303,9 +313,7 @@ class RequestVerifier:
                     offset, record = _record(stored)
                     self._summary = replace(self._summary, records=self._summary.records + 1)
                     if not _in_order(state.request_offset, stored.position, offset):
-                        kept = later.setdefault(offset, [])
-                        if record not in kept:
-                            kept.append(record)
+                        later.setdefault(offset, {}).setdefault(record, stored.position)
                         continue
                     entry = window.get(offset)
                     if entry is None:
@@ -319,14 +327,11 @@ class RequestVerifier:
                     check, seen = entry
                     if record not in seen:
                         seen.add(record)
-                        drift = self._found(_drift(check, record, stream, offset))
+                        drift = _drift(check, record, stream, offset, stored.position)
                         if drift is not None:
-                            yield drift
+                            yield self._found(drift)
                     continue
-                if stored.type in context_types:
-                    state = _fold(state, stored)
-                if stored.type in turn_types and _matters(turns, stored.type):
-                    turns = fold_turns(turns, stored)
+                state, turns = self._step(state, turns, stored)
                 if state.request_offset == stored.position:
                     at, window = (state, turns), {}
         if later:
@@ -334,14 +339,12 @@ class RequestVerifier:
                 yield drift
 
     async def _recheck(
-        self, later: dict[int, list[_Record]], last: int
+        self, later: dict[int, dict[_Record, int]], last: int
     ) -> AsyncGenerator[RequestDrift, None]:
         """The records the pass left for later, by offset: each request rebuilt from the
         states folded through it, the pass's own checks of the same request recognised
         by replaying it (so nothing is counted or reported twice)."""
         stream = self._stream
-        context_types = frozenset(AgentContext.event_types)
-        turn_types = frozenset(Turns.event_types)
         pending = sorted(later)
         checks: dict[int, _Check] = {}
         checked: dict[int, set[_Record]] = {}  # what the pass checked of those offsets
@@ -362,27 +365,27 @@ class RequestVerifier:
                     if offset in later and _in_order(state.request_offset, stored.position, offset):
                         checked.setdefault(offset, set()).add(record)
                     continue
-                if stored.type in context_types:
-                    state = _fold(state, stored)
-                if stored.type in turn_types and _matters(turns, stored.type):
-                    turns = fold_turns(turns, stored)
+                state, turns = self._step(state, turns, stored)
         for offset in pending[index:]:
             checks[offset] = _check(state, turns, stream, offset)
         for offset in pending:
             check, seen = checks[offset], checked.get(offset, set())
             if not seen:
                 self._counted(check)
-            for record in later[offset]:
+            for record, position in later[offset].items():
                 if record not in seen:
-                    drift = self._found(_drift(check, record, stream, offset))
+                    drift = _drift(check, record, stream, offset, position)
                     if drift is not None:
-                        yield drift
+                        yield self._found(drift)
 
 
 async def verify_requests(journal: _Reader, stream: str) -> tuple[RequestDrift, ...]:
-    """Every drift :class:`RequestVerifier` finds in ``stream``, by request offset (records
-    of one request in stream order). Holds the drifts only: iterate a
-    :class:`RequestVerifier` to hold none."""
+    """Every drift :class:`RequestVerifier` finds in ``stream``, by request offset, then
+    record position. Holds the drifts only: iterate a :class:`RequestVerifier` to hold none."""
     async with aclosing(RequestVerifier(journal, stream)) as verifier:
         found = [drift async for drift in verifier]
-    return tuple(sorted(found, key=lambda drift: drift.request_offset))
+    return tuple(sorted(found, key=_drift_order))
+
+
+def _drift_order(drift: RequestDrift) -> tuple[int, int]:
+    return drift.request_offset, drift.recorded_at or 0
