@@ -23,7 +23,6 @@ record every message it sees, once, as a ``cf.ContextAdded`` item on a journal s
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -39,7 +38,6 @@ from langchain_core.messages import (
     convert_to_messages,
 )
 from langchain_core.runnables import RunnableLambda
-from pydantic import ValidationError
 from pyrsistent import PSet, pset
 
 from ..canonical import sha256_hex
@@ -53,7 +51,9 @@ from ..journal.encode import check_stream
 from ..views.tokens import approx_tokens
 from ..views.view import check_budget
 from ..wire import ToolCall
+from ._actors import ACTOR_KEY, marked_actor, untrusted_actor
 from ._journal_bridge import JournalBridge
+from ._pair_safe import checked_counter, costed, newest_fitting
 
 __all__ = [
     "ACTOR_KEY",
@@ -68,8 +68,6 @@ __all__ = [
 M = TypeVar("M", bound=BaseMessage)
 Counter = Callable[[BaseMessage], float]
 
-ACTOR_KEY = "contextfold_actor"
-"""The ``additional_kwargs`` key holding a message's actor (``{"type": ..., "id": ...}``)."""
 MESSAGE_REF = "langgraph-message"
 """The ``Ref.type`` naming the LangGraph message a recorded ContextAdded item came from."""
 
@@ -100,15 +98,7 @@ def untrusted(message: M, *, actor: str, id: str | None = None) -> M:
     ``"email"``, ``"webhook"``, …). Raises InvalidInputError for a malformed or trusted type."""
     if not isinstance(message, BaseMessage):
         raise InvalidInputError(f"untrusted() takes a message, got {type(message).__name__}")
-    try:
-        marked = Actor(type=actor, id=id)
-    except ValidationError as exc:
-        raise InvalidInputError(f"untrusted(): {exc.errors()[0]['msg']}") from exc
-    if is_trusted(marked, trusted_extensions()):
-        raise InvalidInputError(
-            f"untrusted(): actor type {actor!r} is trusted; mark external content with its "
-            "source type (slack, email, webhook, github, tool, …)"
-        )
+    marked = untrusted_actor(actor, id, what="untrusted()")
     kwargs = {**message.additional_kwargs, ACTOR_KEY: marked.model_dump(exclude_none=True)}
     return message.model_copy(update={"additional_kwargs": kwargs})
 
@@ -119,13 +109,11 @@ def actor_of(message: BaseMessage) -> Actor | None:
     marking = message.additional_kwargs.get(ACTOR_KEY)
     if marking is None:
         return None
-    try:
-        return Actor.model_validate(marking)
-    except ValidationError as exc:
-        raise InvalidInputError(
-            f"message {message.id!r}: additional_kwargs[{ACTOR_KEY!r}] is not an actor "
-            f"({exc.errors()[0]['msg']}): mark messages with untrusted(message, actor=...)"
-        ) from exc
+    return marked_actor(
+        marking,
+        where=f"message {message.id!r}: additional_kwargs[{ACTOR_KEY!r}]",
+        how="mark messages with untrusted(message, actor=...)",
+    )
 
 
 def _system_like_type(cls: type) -> bool:
@@ -276,35 +264,17 @@ class _Lazy(Sequence[BaseMessage]):
 
 
 def _checked_counter(count_tokens: Counter | None) -> Counter:
-    if count_tokens is None:
-        return approx_tokens
-    if not callable(count_tokens):
-        raise InvalidInputError(f"count_tokens must be a function, got {count_tokens!r}")
+    return checked_counter(count_tokens, default=approx_tokens, what=_named)
 
-    def count(message: BaseMessage) -> float:
-        tokens = count_tokens(message)
-        if (
-            isinstance(tokens, bool)
-            or not isinstance(tokens, (int, float))
-            or not math.isfinite(tokens)
-            or tokens < 0
-        ):
-            raise InvalidInputError(
-                f"count_tokens returned {tokens!r} for message {message.id!r}: it must "
-                "return a finite number >= 0"
-            )
-        return float(tokens)
 
-    return count
+def _named(message: BaseMessage) -> str:
+    return f"message {message.id!r}"
 
 
 def _checked_budget(budget: object, keep_newest: object) -> float:
     if isinstance(keep_newest, bool) or not isinstance(keep_newest, int) or keep_newest < 0:
         raise InvalidInputError(f"keep_newest must be an int >= 0, got {keep_newest!r}")
-    try:
-        return check_budget(budget)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from exc
+    return check_budget(budget)
 
 
 def budget_messages(
@@ -332,14 +302,13 @@ def budget_messages(
         pinned, units = _pinned(given, types), _newest_first(given)
     # As a ContextView with drop_oldest(keep_from=newest(keep_newest)) over the units with
     # the pinned messages as its summary: counted in the same order, so the same tokens.
-    total: float = sum(count(m) for _, m in pinned) if pinned else 0.0
-    kept: list[tuple[int, tuple[BaseMessage, ...]]] = []
-    for rank, (start, unit) in enumerate(units):
-        tokens = sum(count(m) for m in unit)
-        if rank >= keep_newest and total + tokens > limit:
-            break
-        total += tokens
-        kept.append((start, unit))
+    base: float = sum(count(m) for _, m in pinned) if pinned else 0.0
+    kept, total = newest_fitting(
+        costed(units, cost=lambda unit: sum(count(m) for m in unit[1]), base=base),
+        budget=limit,
+        keep=keep_newest,
+        empty=base,
+    )
     chosen = [*pinned, *((start + i, m) for start, unit in kept for i, m in enumerate(unit))]
     chosen.sort(key=lambda pair: pair[0])
     left_out = _LeftOut(given, kept[-1][0] if kept else len(given))

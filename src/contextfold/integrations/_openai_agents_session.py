@@ -28,6 +28,7 @@ from ..context.events import Actor
 from ..errors import MissingSegmentError
 from ..events import Envelope, Event
 from ..folds.fold import Fold
+from ._pair_safe import newest_fitting, pair_safe_starts
 
 __all__ = [
     "SESSION_FOLD",
@@ -282,20 +283,15 @@ def newest_window(
     ``budget`` tokens (each ignored when None). A unit that does not fit ends the window:
     the limit rounds down to whole units. Costs the items it looks at: the window and at
     most one unit more. Pure."""
-    length = state.length
-    start, kept, total = length, 0.0, 0.0
-    reach = length  # the smallest link from an item at index >= i
-    for index in range(length - 1, -1, -1):
-        stored = state.items[index]
-        if limit is not None and length - index > limit:
-            break
-        total += stored.tokens if count is None else count(stored)
-        if budget is not None and total > budget:
-            break
-        reach = min(reach, stored.link)
-        if reach >= index:
-            start, kept = index, total
-    return Window(start, kept)
+    length, items = state.length, state.items
+    starts = pair_safe_starts(
+        length,
+        link=lambda index: items[index].link,
+        tokens=lambda index: items[index].tokens if count is None else count(items[index]),
+        lowest=0 if limit is None else length - limit,
+    )
+    kept, tokens = newest_fitting(starts, budget=math.inf if budget is None else budget, keep=0)
+    return Window(kept[-1] if kept else length, tokens)
 
 
 def item_sha256(stored: StoredItem) -> str:

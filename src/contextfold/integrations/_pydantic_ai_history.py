@@ -27,10 +27,11 @@ from ..folds.fold import Fold
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..store.base import AppendResult
+from ..views.view import check_budget
 from ._journal_bridge import JournalBridge
+from ._pair_safe import link_of
 from ._pydantic_ai_window import (
     HistoryView,
-    checked_budget,
     choose_start,
     downgraded,
     shape_of_json,
@@ -91,10 +92,7 @@ def _message(state: _History, env: Envelope[PydanticAiMessage]) -> _History:
     request = message.get("kind") == "request"
     link, calls = index, state.calls
     if shape is not None:
-        for answer in shape.answers:
-            made = calls.get(answer)
-            if made is not None and made < link:
-                link = made
+        link = link_of(index, shape.answers, calls)
         if shape.calls:
             calls = calls.update({call: index for call in shape.calls})
     pinned, pinned_tokens = state.pinned, state.pinned_tokens
@@ -150,7 +148,7 @@ class JournalHistory:
 
     async def view(self, budget: float | None = None) -> HistoryView:
         """Like :meth:`load` with a budget (``None``: no limit), with what trimming did."""
-        limit = checked_budget(math.inf if budget is None else budget)
+        limit = check_budget(math.inf if budget is None else budget)
         state: _History = await self.journal.fold(HISTORY_FOLD, self.stream)
         entries = state.entries
         start, tokens = choose_start(

@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
-from pydantic import ValidationError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -38,6 +37,8 @@ from ..context.events import Actor
 from ..context.trust import is_trusted, trusted_extensions
 from ..errors import InvalidInputError
 from ..views.view import check_budget
+from ._actors import ACTOR_KEY, marked_actor, untrusted_actor
+from ._pair_safe import checked_counter, link_of, newest_fitting, pair_safe_starts
 
 __all__ = [
     "ACTOR_KEY",
@@ -49,7 +50,6 @@ __all__ = [
     "approx_message_tokens",
     "budget_history",
     "budgeted",
-    "checked_budget",
     "choose_start",
     "downgraded",
     "links",
@@ -60,9 +60,6 @@ __all__ = [
     "untrusted",
     "untrusted_prompt",
 ]
-
-ACTOR_KEY = "contextfold_actor"
-"""The ``SystemPromptPart.metadata`` key holding the actor that supplied it."""
 
 Counter = Callable[[ModelMessage], float]
 """Sizes one message in tokens."""
@@ -108,29 +105,6 @@ class Shape:
 # -- actors and trust --------------------------------------------------------------------------
 
 
-def _actor(actor: object, id: object, *, what: str) -> Actor:
-    if id is not None and (not isinstance(id, str) or not _encodable(id)):
-        raise InvalidInputError(f"{what}: id must be a str of valid Unicode, got {id!r}")
-    try:
-        marked = Actor(type=actor, id=id)
-    except ValidationError as exc:
-        raise InvalidInputError(f"{what}: {exc.errors()[0]['msg']}") from exc
-    if is_trusted(marked, trusted_extensions()):
-        raise InvalidInputError(
-            f"{what}: actor type {actor!r} is trusted; mark external content with its source "
-            "type (slack, email, webhook, github, tool, …)"
-        )
-    return marked
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a lone surrogate: no journal can store it
-        return False
-    return True
-
-
 def actor_header(actor: Actor) -> str:
     """The one header line naming ``actor``, as contextfold's item headers write it:
     ``actor=slack actor_id="U42"``."""
@@ -150,7 +124,7 @@ def untrusted_prompt(
     Raises InvalidInputError for a malformed or trusted actor type, or content that is not a
     str or a sequence of pydantic-ai user content.
     """
-    marked = _actor(actor, id, what="untrusted_prompt()")
+    marked = untrusted_actor(actor, id, what="untrusted_prompt()")
     header = actor_header(marked)
     if isinstance(content, str):
         return UserPromptPart(f"{header}\n{content}")
@@ -171,7 +145,7 @@ def untrusted(part: SystemPromptPart, *, actor: str, id: str | None = None) -> S
     trusted actor type."""
     if not isinstance(part, SystemPromptPart):
         raise InvalidInputError(f"untrusted() takes a SystemPromptPart, got {type(part).__name__}")
-    marked = _actor(actor, id, what="untrusted()")
+    marked = untrusted_actor(actor, id, what="untrusted()")
     metadata = {**(part.metadata or {}), ACTOR_KEY: marked.model_dump(exclude_none=True)}
     return replace(part, metadata=metadata)
 
@@ -179,13 +153,11 @@ def untrusted(part: SystemPromptPart, *, actor: str, id: str | None = None) -> S
 def _marking(metadata: object, where: str) -> Actor | None:
     if not isinstance(metadata, Mapping) or ACTOR_KEY not in metadata:
         return None
-    try:
-        return Actor.model_validate(metadata[ACTOR_KEY])
-    except ValidationError as exc:
-        raise InvalidInputError(
-            f"{where}: metadata[{ACTOR_KEY!r}] is not an actor ({exc.errors()[0]['msg']}): "
-            "mark system prompts with untrusted(part, actor=...)"
-        ) from exc
+    return marked_actor(
+        metadata[ACTOR_KEY],
+        where=f"{where}: metadata[{ACTOR_KEY!r}]",
+        how="mark system prompts with untrusted(part, actor=...)",
+    )
 
 
 def actor_of(part: SystemPromptPart) -> Actor | None:
@@ -246,14 +218,9 @@ def links(shapes: Sequence[Shape]) -> list[int]:
     latest: dict[str, int] = {}
     found: list[int] = []
     for index, shape in enumerate(shapes):
-        link = index
-        for answer in shape.answers:
-            made = latest.get(answer)
-            if made is not None and made < link:
-                link = made
+        found.append(link_of(index, shape.answers, latest))
         for call in shape.calls:
             latest[call] = index
-        found.append(link)
     return found
 
 
@@ -273,20 +240,10 @@ def choose_start(
     of the first request's system prompt alone, paid by every view that drops index 0. The
     newest unit is kept whatever it costs.
     """
-    start, total = count, 0.0
-    walked = 0.0
-    low = count
-    for index in range(count - 1, -1, -1):
-        walked += tokens(index)
-        low = min(low, link(index))
-        if index == 0:
-            return (0, walked) if start == count or walked <= budget else (start, total)
-        if request(index) and low >= index:
-            cost = walked + pinned
-            if start != count and cost > budget:
-                return start, total
-            start, total = index, cost
-    return start, total
+    starts = pair_safe_starts(count, link=link, tokens=tokens, may_start=request)
+    views = ((index, walked + pinned if index else walked) for index, walked in starts)
+    kept, total = newest_fitting(views, budget=budget, keep=1)
+    return (kept[-1], total) if kept else (count, total)
 
 
 # -- messages ----------------------------------------------------------------------------------
@@ -329,34 +286,11 @@ def downgraded(message: ModelRequest) -> tuple[ModelRequest, int]:
 
 
 def _checked_counter(count_tokens: Counter | None) -> Counter:
-    if count_tokens is None:
-        return approx_message_tokens
-    if not callable(count_tokens):
-        raise InvalidInputError(f"count_tokens must be a function, got {count_tokens!r}")
-
-    def count(message: ModelMessage) -> float:
-        tokens = count_tokens(message)
-        if (
-            isinstance(tokens, bool)
-            or not isinstance(tokens, (int, float))
-            or not math.isfinite(tokens)
-            or tokens < 0
-        ):
-            raise InvalidInputError(
-                f"count_tokens returned {tokens!r} for a {type(message).__name__}: it must "
-                "return a finite number >= 0"
-            )
-        return float(tokens)
-
-    return count
+    return checked_counter(count_tokens, default=approx_message_tokens, what=_named)
 
 
-def checked_budget(budget: object) -> float:
-    """The budget as a float; InvalidInputError unless it is a positive number or math.inf."""
-    try:
-        return check_budget(budget)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from exc
+def _named(message: ModelMessage) -> str:
+    return f"a {type(message).__name__}"
 
 
 def _checked_messages(messages: object) -> list[ModelMessage]:
@@ -383,7 +317,7 @@ def budget_history(
     only about the messages the view keeps, and one unit more. Raises InvalidInputError for
     a bad budget or count, a malformed actor marking, or input that is not a message list.
     """
-    limit = checked_budget(budget)
+    limit = check_budget(budget)
     count = _checked_counter(count_tokens)
     given = _checked_messages(messages)
     shapes = [shape_of(message, where=f"messages[{i}]") for i, message in enumerate(given)]
@@ -418,7 +352,7 @@ def budgeted(
     pydantic-ai: ``history_processors=[budgeted(30_000)]``). Raises InvalidInputError for a
     bad budget or counter now, and for bad messages when it runs.
     """
-    checked_budget(budget)
+    check_budget(budget)
     _checked_counter(count_tokens)
 
     def contextfold_budgeted(messages: list[ModelMessage]) -> list[ModelMessage]:

@@ -19,18 +19,14 @@ from the item it belongs to (see :mod:`._openai_agents_session`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import orjson
-from pydantic import ValidationError
 
 from ..canonical import check_json_value, sha256_hex
-from ..context.events import Actor
 from ..context.request import ItemHeader
-from ..context.trust import is_trusted, trusted_extensions
 from ..errors import (
     InvalidInputError,
     InvalidStreamNameError,
@@ -42,6 +38,7 @@ from ..events import Event
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream, check_text
 from ..views.view import check_budget
+from ._actors import untrusted_actor
 from ._journal_bridge import JournalBridge
 from ._openai_agents_session import (
     SESSION_FOLD,
@@ -54,6 +51,7 @@ from ._openai_agents_session import (
     item_sha256,
     newest_window,
 )
+from ._pair_safe import checked_counter
 
 try:
     from agents.items import TResponseInputItem
@@ -135,12 +133,11 @@ def _check_limit(limit: object) -> int | None:
 
 
 def _check_budget(budget: object) -> float | None:
-    if budget is None:
-        return None
-    try:
-        return check_budget(budget)
-    except ValueError as exc:
-        raise InvalidInputError(str(exc)) from exc
+    return None if budget is None else check_budget(budget)
+
+
+def _stored_tokens(stored: StoredItem) -> float:
+    return stored.tokens
 
 
 def _settings(value: object) -> SessionSettings:
@@ -222,22 +219,11 @@ class JournalSession:
         count = self.count_tokens
         if count is None:
             return None
-
-        def counted(stored: StoredItem) -> float:
-            tokens = count(cast(TResponseInputItem, stored.decode()))
-            if (
-                isinstance(tokens, bool)
-                or not isinstance(tokens, (int, float))
-                or not math.isfinite(tokens)
-                or tokens < 0
-            ):
-                raise InvalidInputError(
-                    f"count_tokens returned {tokens!r} for the item at {self.stream}"
-                    f"@{stored.position}: it must return a finite number >= 0"
-                )
-            return float(tokens)
-
-        return counted
+        return checked_counter(
+            lambda stored: count(cast(TResponseInputItem, stored.decode())),
+            default=_stored_tokens,
+            what=lambda stored: f"the item at {self.stream}@{stored.position}",
+        )
 
     async def view(self, *, limit: int | None = None, budget: float | None = None) -> SessionView:
         """The newest whole units with at most ``limit`` items (default: the session
@@ -400,15 +386,7 @@ class JournalSession:
             raise InvalidInputError(
                 f"add_untrusted takes the content as text, got {type(content).__name__}"
             )
-        try:
-            source = Actor(type=actor, id=id, origin=origin)
-        except ValidationError as exc:
-            raise InvalidInputError(f"add_untrusted: {exc.errors()[0]['msg']}") from exc
-        if is_trusted(source, trusted_extensions()):
-            raise InvalidInputError(
-                f"add_untrusted: actor type {actor!r} is trusted; name the untrusted source "
-                "(webhook, slack, telegram, email, github, http, …)"
-            )
+        source = untrusted_actor(actor, id, origin=origin, what="add_untrusted")
 
         def event(position: int) -> ItemAdded:
             header = ItemHeader(offset=position, actor=source.type, actor_id=source.id)
