@@ -181,13 +181,16 @@ def pick_compaction(
 ) -> LlmResponse | None:
     """Of a batch of responses, the one whose request to summarize: the newest request
     over the threshold and above the previous cutoff, or None."""
-    over = [
-        r
-        for r in responses
-        if r.usage is not None
-        and r.request_offset > compacted_through
-        and needs_compaction(r.usage.input_tokens, r.model, threshold=threshold, window=window)
-    ]
+    limits: dict[str, float] = {}  # one window look-up per model, not per response
+    over: list[LlmResponse] = []
+    for r in responses:
+        if r.usage is None or r.request_offset <= compacted_through:
+            continue
+        limit = limits.get(r.model)
+        if limit is None:
+            limit = limits[r.model] = threshold_tokens(r.model, threshold=threshold, window=window)
+        if r.usage.input_tokens >= limit:  # needs_compaction, with the window looked up once
+            over.append(r)
     return max(over, key=lambda r: r.request_offset, default=None)
 
 

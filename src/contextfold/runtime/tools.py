@@ -220,6 +220,7 @@ class Toolbox:
 
     def __init__(self, tools: Iterable[Tool | Callable[..., Any]] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._definitions: tuple[ToolDefinition, ...] | None = None
         for item in tools:
             made = item if isinstance(item, Tool) else Tool.from_function(item)
             if made.name in self._tools:
@@ -228,7 +229,10 @@ class Toolbox:
 
     @property
     def definitions(self) -> tuple[ToolDefinition, ...]:
-        return tuple(tool.definition for tool in self._tools.values())
+        """Each tool as the model is offered it (built once: a toolbox's tools never change)."""
+        if self._definitions is None:
+            self._definitions = tuple(tool.definition for tool in self._tools.values())
+        return self._definitions
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

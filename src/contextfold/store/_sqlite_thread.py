@@ -20,6 +20,11 @@ sync (``synchronous`` OFF or NORMAL), the write runs on the caller's thread; eve
 that can wait (another process's lock, a syncing commit, the WAL checkpoint) goes to the
 worker. There, every write queued meanwhile commits in one transaction (group commit),
 each in its own savepoint so one refused write leaves the others.
+
+Reads (:meth:`SQLiteThread.read`) skip the hop alike when they are short: with the
+connection idle and nothing queued, a read runs on the caller's thread with SQLite's busy
+wait off and a budget of virtual-machine steps; one that would wait on a lock or runs past
+the budget (a long page) is undone and run on the worker instead.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between checkpoints on the worker
 _AUTOCHECKPOINT = 1000  # SQLite's default, in pages
+# An inline read gets this many calls of the progress handler, every _READ_STEPS VM steps:
+# about a hundred rows of a page, well under a millisecond of the event loop's time.
+_READ_STEPS = 1000
+_READ_CALLS = 4
 
 
 @dataclass
@@ -124,6 +133,50 @@ class SQLiteThread:
                 return self._guarded(conn, fn)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(conn)`` for a job that only reads: on this thread when it is short and cannot
+        wait (see the module), else on the worker. ``fn`` may run twice (the first attempt
+        undone), so it must not write. Raises as :meth:`run`."""
+        if self._closed:
+            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
+        done, result = self._read_here(fn)
+        if done:
+            return result  # type: ignore[return-value]
+        return await self.run(fn)
+
+    def _read_here(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
+        """Run the read ``fn`` on this thread within the step budget; (False, None) when it
+        must go to the worker instead (busy, queued writes, a lock, a long read)."""
+        conn = self._conn
+        if conn is None or not self._busy.acquire(blocking=False):
+            return False, None
+        try:
+            if self._pending:
+                return False, None  # a read after a queued write sees it, as on the worker
+            calls = 0
+
+            def budget() -> bool:
+                nonlocal calls
+                calls += 1
+                return calls > _READ_CALLS  # True interrupts the statement
+
+            conn.execute("PRAGMA busy_timeout = 0")
+            conn.set_progress_handler(budget, _READ_STEPS)
+            try:
+                return True, fn(conn)
+            except sqlite3.Error:
+                # Interrupted, busy, or a real failure: the worker runs it again and names it.
+                _rollback(conn)
+                return False, None
+            except BaseException:
+                _rollback(conn)
+                raise
+            finally:
+                conn.set_progress_handler(None, 0)
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+        finally:
+            self._busy.release()
 
     def _guarded(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
