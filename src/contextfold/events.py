@@ -14,9 +14,11 @@ from __future__ import annotations
 import builtins
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from itertools import repeat
+from operator import add
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -155,6 +157,22 @@ class NewEvent(NamedTuple):
 _FIELD = operator.itemgetter
 
 
+def _meta(
+    event_id: str,
+    time: str,
+    run_id: str | None,
+    actor: str | None,
+    idempotency_key: str | None,
+    channels: Any,
+) -> EventMeta:
+    """EventMeta from stored fields; channels as a tuple, list or \\x1f-joined str."""
+    if isinstance(channels, str):
+        channels = tuple(channels.split("\x1f")) if channels else ()
+    elif not isinstance(channels, tuple):
+        channels = tuple(channels)
+    return EventMeta(event_id, time, run_id, actor, idempotency_key, channels)
+
+
 class StoredEvent(tuple):  # type: ignore[type-arg]
     """One event as the journal stored it: immutable; ``data`` are the exact JSON bytes written.
 
@@ -207,14 +225,16 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
         actor, idempotency_key, channels)``; channels as a tuple, list or \\x1f-joined str."""
         return tuple.__new__(cls, (namespace, stream, *row))
 
+    @classmethod
+    def from_rows(
+        cls, namespace: str, stream: str, rows: Iterable[Sequence[Any]]
+    ) -> tuple[StoredEvent, ...]:
+        """:meth:`from_row` for each of ``rows``, without a Python call per row."""
+        return tuple(map(tuple.__new__, repeat(cls), map(add, repeat((namespace, stream)), rows)))
+
     @property
     def meta(self) -> EventMeta:
-        channels = self[11]
-        if isinstance(channels, str):
-            channels = tuple(channels.split("\x1f")) if channels else ()
-        elif not isinstance(channels, tuple):
-            channels = tuple(channels)
-        return EventMeta(self[6], self[7], self[8], self[9], self[10], channels)
+        return _meta(self[6], self[7], self[8], self[9], self[10], self[11])
 
     @property
     def cursor(self) -> str:
@@ -266,29 +286,93 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
         return result if result is NotImplemented else not result
 
 
-@dataclass(frozen=True, slots=True)
-class Envelope(Generic[E]):
-    """What a fold handler gets: the decoded payload with its stored coordinates and meta."""
+class Envelope(tuple, Generic[E]):  # type: ignore[type-arg]
+    """What a fold handler gets: the decoded payload with its stored coordinates and meta.
 
-    payload: E
-    meta: EventMeta
-    stream: str
-    position: int
-    """Position in the stream: the item offset ``@N`` the context model renders."""
-    global_position: int
-    type: str
+    ``Envelope(payload, meta, stream, position, global_position, type)``: immutable, equal
+    and hashed by those six. A tuple underneath, like :class:`StoredEvent`: a cold read makes
+    one per event, and an envelope made from a stored event computes ``meta`` only when a
+    handler asks for it.
+    """
 
-    @property
-    def cursor(self) -> str:
-        return str(self.global_position)
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        @property
+        def payload(self) -> E: ...
+        @property
+        def stream(self) -> str: ...
+        @property
+        def position(self) -> int:
+            """Position in the stream: the item offset ``@N`` the context model renders."""
+
+        @property
+        def global_position(self) -> int: ...
+        @property
+        def type(self) -> str: ...
+    else:
+        payload = property(_FIELD(0))
+        stream = property(_FIELD(2))
+        position = property(_FIELD(3))
+        global_position = property(_FIELD(4))
+        type = property(_FIELD(5))
+
+    def __new__(
+        cls,
+        payload: E,
+        meta: EventMeta,
+        stream: str,
+        position: int,
+        global_position: int,
+        type: str,
+    ) -> Envelope[E]:
+        return tuple.__new__(cls, (payload, meta, stream, position, global_position, type))
 
     @classmethod
     def of(cls, stored: StoredEvent, payload: E) -> Envelope[E]:
-        return cls(
-            payload,
-            stored.meta,
-            stored.stream,
-            stored.position,
-            stored.global_position,
-            stored.type,
+        """``payload`` with the coordinates and meta of ``stored`` (meta read when asked for)."""
+        if builtins.type(stored) is not StoredEvent:
+            return cls(
+                payload,
+                stored.meta,
+                stored.stream,
+                stored.position,
+                stored.global_position,
+                stored.type,
+            )
+        # The meta fields only, not the stored event: an envelope a fold keeps in its state
+        # must not keep the payload's bytes alive.
+        return tuple.__new__(cls, (payload, stored[6:], stored[1], stored[3], stored[2], stored[4]))
+
+    @property
+    def meta(self) -> EventMeta:
+        source = self[1]
+        # A stored event's meta fields as they were read (see of()), or the EventMeta given.
+        return _meta(*source) if builtins.type(source) is tuple else source
+
+    @property
+    def cursor(self) -> str:
+        return str(self[4])
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self[0], self.meta, self[2], self[3], self[4], self[5])
+
+    # Not NotImplemented for other types: Python would then compare as plain tuples.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Envelope) and self._fields() == other._fields()
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __getnewargs__(self) -> tuple[Any, ...]:
+        return self._fields()
+
+    def __repr__(self) -> str:
+        return (
+            f"Envelope(payload={self[0]!r}, meta={self.meta!r}, stream={self[2]!r}, "
+            f"position={self[3]}, global_position={self[4]}, type={self[5]!r})"
         )

@@ -188,7 +188,10 @@ def conversation_fold(
     @fold.attach(ToolResult, kind="step", to=lambda ev: ev.payload.step_id, on_missing=on_missing)
     def _result(step: StepEntry, ev: cf.Envelope[ToolResult]) -> StepEntry:
         result = ResultEntry(call_id=ev.payload.call_id, output=ev.payload.output)
-        return step.model_copy(update={"results": (*step.results, result)})
+        # A new entry rather than model_copy: validated, and cheaper (one attach per result).
+        return StepEntry(
+            text=step.text, tool_calls=step.tool_calls, results=(*step.results, result)
+        )
 
     @fold.open(AssistantMessage)
     def _answer(ev: cf.Envelope[AssistantMessage]) -> cf.Segment[AnswerEntry]:

@@ -8,7 +8,7 @@ incrementally from a journal, cached (see :mod:`contextfold.folds.reader`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
@@ -26,11 +26,13 @@ from .freeze import freeze
 if TYPE_CHECKING:
     from ..store.base import Store
 
-__all__ = ["Fold", "FoldBase", "Handler", "Scope"]
+__all__ = ["Fold", "FoldBase", "Handler", "Scope", "Skip"]
 
 S = TypeVar("S")
 Scope = Literal["context", "run"]
 Handler = Callable[[S, Envelope[Any]], S]
+Skip = Callable[[str, StoredEvent, str], None]
+"""Told of a stored event a read left out: (reason, event, detail)."""
 
 
 # Checkpoints encode strictly: a field the schema does not know is an error, not dropped
@@ -122,6 +124,108 @@ class FoldBase(Generic[S]):
         for envelope in envelopes:
             state = self.apply(state, envelope)
         return state
+
+    def fold_stored(
+        self,
+        state: S,
+        events: Sequence[StoredEvent],
+        start: int = 0,
+        *,
+        stop: str | None = None,
+        run_id: str | None = None,
+        run_scoped: bool = False,
+        skip: Skip,
+    ) -> tuple[S, int, int]:
+        """Fold ``events[start:]`` into ``state`` up to the first event of type ``stop``.
+
+        Returns (state, index of that event or ``len(events)``, events folded). An event that
+        does not decode, or that an attach finds no segment for, is left out and handed to
+        ``skip(reason, event, detail)``; with ``run_scoped``, events of other runs than
+        ``run_id`` are passed over. Whatever else a handler raises propagates. Equals
+        :meth:`decode` then :meth:`apply_reporting` per event, which a fold overriding
+        either is read through.
+        """
+        if self._per_event():
+            return self._fold_each(state, events, start, stop, run_id, run_scoped, skip)
+        handlers = self._handlers
+        # Per read, not per definition: an event class may complete its schema after the
+        # fold is defined (forward references), and its validator is read when first used.
+        plan: dict[str, tuple[Callable[[bytes], Any], Callable[[S, Envelope[Any]], S]] | None] = {}
+        seal = self._seal
+        make = tuple.__new__
+        folded = 0
+        for index in range(start, len(events)):
+            event = events[index]
+            kind = event[4]
+            if kind == stop:
+                return state, index, folded
+            try:
+                steps = plan[kind]
+            except KeyError:
+                registered = handlers.get(kind)
+                steps = plan[kind] = (
+                    None
+                    if registered is None
+                    else (
+                        registered.event.__pydantic_validator__.validate_json,
+                        registered.apply,
+                    )
+                )
+            if steps is None or (run_scoped and event[8] != run_id):
+                continue
+            try:
+                payload = steps[0](event[5])
+            except ValueError as exc:  # pydantic's ValidationError is one
+                skip("decode", event, str(exc).splitlines()[0])
+                continue
+            # Envelope.of, inlined: this runs once per event of every cold read.
+            envelope = make(Envelope, (payload, event[6:], event[1], event[3], event[2], kind))
+            folded += 1
+            try:
+                state = seal(steps[1](state, envelope))
+            except MissingSegmentError:
+                skip("missing-segment", event, "no segment to attach to")
+        return state, len(events), folded
+
+    def _per_event(self) -> bool:
+        """Whether this fold overrides decode or apply_reporting (so reads go through them)."""
+        cls = type(self)
+        return (
+            cls.decode is not FoldBase.decode
+            or cls.apply_reporting is not FoldBase.apply_reporting
+            or "decode" in vars(self)
+            or "apply_reporting" in vars(self)
+        )
+
+    def _fold_each(
+        self,
+        state: S,
+        events: Sequence[StoredEvent],
+        start: int,
+        stop: str | None,
+        run_id: str | None,
+        run_scoped: bool,
+        skip: Skip,
+    ) -> tuple[S, int, int]:
+        folded = 0
+        for index in range(start, len(events)):
+            event = events[index]
+            if event.type == stop:
+                return state, index, folded
+            if run_scoped and event.meta.run_id != run_id:
+                continue
+            try:
+                envelope = self.decode(event)
+            except ValueError as exc:
+                skip("decode", event, str(exc).splitlines()[0])
+                continue
+            if envelope is None:
+                continue
+            state, problem = self.apply_reporting(state, envelope)
+            folded += 1
+            if problem is not None:
+                skip(problem, event, "no segment to attach to")
+        return state, len(events), folded
 
     def decode(self, stored: StoredEvent) -> Envelope[Any] | None:
         """The stored event decoded with its handler's schema (unknown fields stripped).

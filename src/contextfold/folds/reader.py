@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
@@ -302,16 +304,16 @@ class FoldReader:
         )
         state, cursor, checkpoint_at = entry.state, entry.cursor, entry.checkpoint_at
         folded = 0
-        while True:
-            page = await self.store.read(namespace, stream, after=cursor, types=types, limit=PAGE)
-            if page.reset and cursor is not None:
-                return entry, folded, True
-            rebased = False
-            # The collector paused over a page: every handler makes young persistent-vector
-            # nodes, and collecting them as they come cost more than folding at 100k events.
-            paused = gc.isenabled()
-            gc.disable()
-            try:
+        # The collector paused over the whole catch-up, store reads included: every handler
+        # makes young objects that live as long as the state, and collecting them as they
+        # come (full passes over a state of 100k events) cost more than folding them.
+        with _collector_paused():
+            while True:
+                page = await self.store.read(
+                    namespace, stream, after=cursor, types=types, limit=PAGE
+                )
+                if page.reset and cursor is not None:
+                    return entry, folded, True
                 state, cursor, checkpoint_at, folded, rebased = await self._fold_page(
                     fold,
                     namespace,
@@ -323,18 +325,15 @@ class FoldReader:
                     run_id,
                     folded,
                 )
-            finally:
-                if paused:
-                    gc.enable()
-            if not rebased and not page.more:
-                return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
+                if not rebased and not page.more:
+                    return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
 
     async def _fold_page(
         self,
         fold: FoldBase[S],
         namespace: str,
         stream: str,
-        events: Any,
+        events: Sequence[StoredEvent],
         state: S,
         cursor: str | None,
         checkpoint_at: int,
@@ -343,37 +342,64 @@ class FoldReader:
     ) -> tuple[S, str | None, int, int, bool]:
         """``events`` folded into ``state``: (state, cursor, checkpoint_at, folded, rebased);
         stops at a checkpoint that restores (rebased)."""
-        rebased = False
-        for event in events:
-            if event.type == fold.checkpoint_type:
-                if event.global_position <= checkpoint_at:
-                    cursor = event.cursor
-                    continue
-                restored = await self._restore(fold, namespace, stream, event)
-                if restored is not None:
-                    # Rebase: the checkpoint replaces the state; events after its through
-                    # are folded again on top of it (some of them were folded already).
-                    state, cursor, checkpoint_at = (
-                        restored.state,
-                        restored.cursor,
-                        restored.checkpoint_at,
-                    )
-                    rebased = True
-                    break
-                cursor = event.cursor
+        checkpoint = fold.checkpoint_type if fold.can_checkpoint else None
+        run_scoped = fold.scope == "run"
+
+        def skip(reason: str, event: StoredEvent, detail: str) -> None:
+            self._report(fold, reason, event, detail)
+
+        index = 0
+        while index < len(events):
+            state, index, count = fold.fold_stored(
+                state,
+                events,
+                index,
+                stop=checkpoint,
+                run_id=run_id,
+                run_scoped=run_scoped,
+                skip=skip,
+            )
+            folded += count
+            if index == len(events):
+                break
+            event = events[index]  # a checkpoint
+            index += 1
+            if event.global_position <= checkpoint_at:
                 continue
-            cursor = event.cursor
-            if fold.scope == "run" and event.meta.run_id != run_id:
-                continue
-            try:
-                envelope = fold.decode(event)
-            except (ValueError, ValidationError) as exc:
-                self._report(fold, "decode", event, str(exc).splitlines()[0])
-                continue
-            if envelope is None:
-                continue
-            state, problem = fold.apply_reporting(state, envelope)
-            folded += 1
-            if problem is not None:
-                self._report(fold, problem, event, "no segment to attach to")
-        return state, cursor, checkpoint_at, folded, rebased
+            restored = await self._restore(fold, namespace, stream, event)
+            if restored is not None:
+                # Rebase: the checkpoint replaces the state; events after its through are
+                # folded again on top of it (some of them were folded already).
+                return restored.state, restored.cursor, restored.checkpoint_at, folded, True
+        if events:
+            cursor = events[-1].cursor
+        return state, cursor, checkpoint_at, folded, False
+
+
+class _Collector:
+    """Pauses the garbage collector while any cold read folds: reads running together
+    share one pause, and it ends as the last of them ends, with the collector as the
+    first found it (a caller that disabled it keeps it disabled)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._readers = 0
+        self._resume = False
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        with self._lock:
+            if self._readers == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._readers -= 1
+                if self._readers == 0 and self._resume:
+                    gc.enable()
+
+
+_collector_paused = _Collector().paused

@@ -190,7 +190,9 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
                     raise FoldDefinitionError(
                         f"fold {self.name}: open handler for {env.type} must return a Segment"
                     )
-                segment = Segment(segment.id, freeze(segment.data))
+                data = freeze(segment.data)
+                if data is not segment.data or type(segment) is not Segment:
+                    segment = Segment(segment.id, data)
                 segments: Any = state.segments  # a pvector (__post_init__ makes one)
                 ids = state._ids
                 if ids is not None:
