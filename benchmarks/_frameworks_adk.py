@@ -13,13 +13,12 @@ budget is exhausted inside them). The baseline runs that same read too (``window
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _frameworks_workload import Expanding, Loader, TurnText, approx, digest, newest_units
+from _frameworks_sides import FileSide, JournalSide, NewestUnits
+from _frameworks_workload import Loader, TurnText, approx, digest
 from google.adk.events.event import Event
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
 from google.adk.sessions.session import Session
@@ -71,10 +70,6 @@ def _calls(event: Event) -> tuple[Iterable[str], Iterable[str]]:
     return made, answered
 
 
-def _trimmer(budget: float) -> Callable[[Sequence[Event]], tuple[int, bool]]:
-    return functools.partial(newest_units, budget=budget, size=_size, calls=_calls)
-
-
 def _digest(context: Sequence[Any]) -> str:
     return digest(event.model_dump_json(exclude_none=True).encode() for event in context)
 
@@ -84,10 +79,8 @@ class _Service:
 
     def __init__(self, service: BaseSessionService, budget: float) -> None:
         self.service = service
-        self.budget = budget
-        self.trim = _trimmer(budget)
+        self.units = NewestUnits(budget, size=_size, calls=_calls)
         self.session: Session | None = None
-        self.window = Expanding()
 
     async def write(self, text: TurnText, *, loading: bool) -> None:
         if self.session is None:
@@ -105,75 +98,52 @@ class _Service:
         return session.events
 
     async def load(self) -> Sequence[Any]:
-        events = await self._get(None)
-        start, _ = self.trim(events)
-        return events[start:]
+        return await self.units.whole(lambda: self._get(None))
 
     async def windowed(self) -> Sequence[Any]:
         async def fetch(n: int) -> Sequence[Any]:
             return await self._get(GetSessionConfig(num_recent_events=n))
 
-        return await self.window.load(fetch, self.trim)
+        return await self.units.windowed(fetch)
 
 
-class Baseline(_Service):
+class Baseline(FileSide):
     """ADK's SqliteSessionService on a file."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        super().__init__(SqliteSessionService(db_path=str(path)), budget)
-        self.name = "SqliteSessionService"
-        self.path = path
-        self.loaders: dict[str, Loader] = {"get_session()": self.load, "windowed": self.windowed}
+        super().__init__("SqliteSessionService", path, budget)
+        self.service = _Service(SqliteSessionService(db_path=str(path)), budget)
+        self.loaders: dict[str, Loader] = {
+            "get_session()": self.service.load,
+            "windowed": self.service.windowed,
+        }
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
-
-    async def cold_load(self) -> float | None:
-        return None
+    async def write(self, text: TurnText, *, loading: bool) -> None:
+        await self.service.write(text, loading=loading)
 
     async def close(self) -> None:
-        close = getattr(self.service, "close", None)
+        close = getattr(self.service.service, "close", None)
         if close is not None:
             await close()
 
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
 
-    def notes(self, window: int) -> list[str]:
-        return []
-
-
-class Contextfold(_Service):
+class Contextfold(JournalSide):
     """contextfold's JournalSessionService on a SQLite journal."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.journal = cf.open_journal(f"sqlite:///{path}")
-        super().__init__(JournalSessionService(self.journal), budget)
-        self.name = "JournalSessionService"
-        self.path = path
-        self.loaders: dict[str, Loader] = {"windowed": self.windowed}
+        super().__init__("JournalSessionService", path, budget)
+        self.service = _Service(JournalSessionService(self.journal), budget)
+        self.loaders: dict[str, Loader] = {"windowed": self.service.windowed}
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
+    async def write(self, text: TurnText, *, loading: bool) -> None:
+        await self.service.write(text, loading=loading)
 
-    async def cold_load(self) -> float | None:
-        journal = cf.open_journal(f"sqlite:///{self.path}")
-        try:
-            fresh = _Service(JournalSessionService(journal), self.budget)
-            began = time.perf_counter_ns()
-            await fresh.windowed()
-            return (time.perf_counter_ns() - began) / 1e6
-        finally:
-            await journal.close()
-
-    async def close(self) -> None:
-        await self.journal.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
-
-    def notes(self, window: int) -> list[str]:
-        return []
+    def first_load(self, journal: cf.Journal) -> Callable[[], Awaitable[object]]:
+        return _Service(JournalSessionService(journal), self.budget).windowed
 
 
 def baseline(directory: Path, budget: float) -> Baseline:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import sqlite3
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _frameworks_sides import FileSide, JournalSide, elapsed_ms
 from _frameworks_workload import SYSTEM_PROMPT, Loader, TurnText, digest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -62,7 +63,7 @@ class _Phases:
         read = time.perf_counter_ns()
         messages = budget_messages(checkpoint["channel_values"]["messages"], budget=self.budget)
         self.read.append((read - began) / 1e6)
-        self.trim.append((time.perf_counter_ns() - read) / 1e6)
+        self.trim.append(elapsed_ms(read))
         return messages.messages
 
     def notes(self, name: str, read: str, window: int) -> list[str]:
@@ -100,12 +101,13 @@ class _Writer:
         return checkpoint, metadata, {"messages": self.version}
 
 
-class Baseline:
+class Baseline(FileSide):
     """LangGraph's SqliteSaver on a file."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "SqliteSaver"
-        self.path = path
+        super().__init__("SqliteSaver", path, budget)
         self.conn = sqlite3.connect(path, check_same_thread=False)
         self.saver = SqliteSaver(self.conn)
         self.writer = _Writer(self.saver)
@@ -122,29 +124,20 @@ class Baseline:
         assert found is not None
         return self.phases.view(began, found.checkpoint)
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
-
-    async def cold_load(self) -> float | None:
-        return None
-
     async def close(self) -> None:
         self.conn.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
 
     def notes(self, window: int) -> list[str]:
         return self.phases.notes(self.name, "get_tuple", window)
 
 
-class Contextfold:
+class Contextfold(JournalSide):
     """contextfold's JournalSaver on a SQLite journal (its async methods, as ainvoke uses)."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "JournalSaver"
-        self.path = path
-        self.journal = cf.open_journal(f"sqlite:///{path}")
+        super().__init__("JournalSaver", path, budget)
         self.saver = JournalSaver(self.journal)
         self.writer = _Writer(self.saver)
         self.phases = _Phases(budget)
@@ -162,25 +155,14 @@ class Contextfold:
         assert found is not None
         return self.phases.view(began, found.checkpoint)
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
-
-    async def cold_load(self) -> float | None:
-        journal = cf.open_journal(f"sqlite:///{self.path}")
-        try:
+    def first_load(self, journal: cf.Journal) -> Callable[[], Awaitable[object]]:
+        async def load() -> object:
             began = time.perf_counter_ns()
             found = await JournalSaver(journal).aget_tuple(THREAD)
             assert found is not None
-            _Phases(self.phases.budget).view(began, found.checkpoint)
-            return (time.perf_counter_ns() - began) / 1e6
-        finally:
-            await journal.close()
+            return _Phases(self.budget).view(began, found.checkpoint)
 
-    async def close(self) -> None:
-        await self.journal.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
+        return load
 
     def notes(self, window: int) -> list[str]:
         return self.phases.notes(self.name, "aget_tuple", window)

@@ -11,14 +11,13 @@ is exhausted inside it (``windowed``), since that is the cheapest the SDK can do
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
-from _frameworks_workload import Expanding, Loader, TurnText, approx, digest, newest_units
+from _frameworks_sides import FileSide, JournalSide, NewestUnits
+from _frameworks_workload import Loader, TurnText, approx, digest
 from agents import SQLiteSession
 
 import contextfold as cf
@@ -66,63 +65,44 @@ def _calls(item: dict[str, Any]) -> tuple[Iterable[str], Iterable[str]]:
     return (), ()
 
 
-def _trimmer(budget: float) -> Callable[[Sequence[dict[str, Any]]], tuple[int, bool]]:
-    return functools.partial(newest_units, budget=budget, size=_size, calls=_calls)
-
-
 def _digest(context: Sequence[Any]) -> str:
     return digest(orjson.dumps(item, option=orjson.OPT_SORT_KEYS) for item in context)
 
 
-class Baseline:
+class Baseline(FileSide):
     """The SDK's SQLiteSession on a file."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "SQLiteSession"
-        self.trim = _trimmer(budget)
-        self.path = path
+        super().__init__("SQLiteSession", path, budget)
+        self.units = NewestUnits(budget, size=_size, calls=_calls)
         self.session = SQLiteSession(SESSION, path)
-        self.window = Expanding()
         self.loaders: dict[str, Loader] = {"get_items()": self.load, "windowed": self.windowed}
 
     async def write(self, text: TurnText, *, loading: bool) -> None:
         await self.session.add_items(items_of(text))  # type: ignore[arg-type]
 
     async def load(self) -> Sequence[Any]:
-        items: list[dict[str, Any]] = await self.session.get_items()  # type: ignore[assignment]
-        start, _ = self.trim(items)
-        return items[start:]
+        return await self.units.whole(self.session.get_items)
 
     async def windowed(self) -> Sequence[Any]:
         async def fetch(n: int) -> Sequence[Any]:
             return await self.session.get_items(limit=n)
 
-        return await self.window.load(fetch, self.trim)
-
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
-
-    async def cold_load(self) -> float | None:
-        return None
+        return await self.units.windowed(fetch)
 
     async def close(self) -> None:
         self.session.close()
 
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
 
-    def notes(self, window: int) -> list[str]:
-        return []
-
-
-class Contextfold:
+class Contextfold(JournalSide):
     """contextfold's JournalSession on a SQLite journal."""
 
+    digest = staticmethod(_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "JournalSession"
-        self.budget = budget
-        self.path = path
-        self.journal = cf.open_journal(f"sqlite:///{path}")
+        super().__init__("JournalSession", path, budget)
         self.session = JournalSession(self.journal, SESSION)
         self.loaders: dict[str, Loader] = {"get_items(budget=)": self.load}
 
@@ -132,26 +112,8 @@ class Contextfold:
     async def load(self) -> Sequence[Any]:
         return await self.session.get_items(budget=self.budget)
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return _digest(context)
-
-    async def cold_load(self) -> float | None:
-        journal = cf.open_journal(f"sqlite:///{self.path}")
-        try:
-            began = time.perf_counter_ns()
-            await JournalSession(journal, SESSION).get_items(budget=self.budget)
-            return (time.perf_counter_ns() - began) / 1e6
-        finally:
-            await journal.close()
-
-    async def close(self) -> None:
-        await self.journal.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
-
-    def notes(self, window: int) -> list[str]:
-        return []
+    def first_load(self, journal: cf.Journal) -> Callable[[], Awaitable[object]]:
+        return lambda: JournalSession(journal, SESSION).get_items(budget=self.budget)
 
 
 def baseline(directory: Path, budget: float) -> Baseline:

@@ -13,12 +13,12 @@ keeps the system prompt); ``JournalHistory.load(budget=...)`` returns the same v
 from __future__ import annotations
 
 import sqlite3
-import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from _frameworks_sides import FileSide, JournalSide
 from _frameworks_workload import SYSTEM_PROMPT, Loader, TurnText
 from pydantic_ai.messages import (
     ModelMessage,
@@ -59,13 +59,13 @@ def messages_of(text: TurnText) -> list[ModelMessage]:
     ]
 
 
-class Baseline:
+class Baseline(FileSide):
     """The conversation's ``all_messages_json()`` in one SQLite row, rewritten each turn."""
 
+    digest = staticmethod(messages_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "all_messages() JSON in SQLite"
-        self.budget = budget
-        self.path = path
+        super().__init__("all_messages() JSON in SQLite", path, budget)
         self.conn = sqlite3.connect(path)
         self.conn.execute("PRAGMA journal_mode=WAL")
         self.conn.execute(
@@ -95,17 +95,8 @@ class Baseline:
         history = ModelMessagesTypeAdapter.validate_json(data)
         return budget_history(history, budget=self.budget).messages
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return messages_digest(context)
-
-    async def cold_load(self) -> float | None:
-        return None
-
     async def close(self) -> None:
         self.conn.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
 
     def notes(self, window: int) -> list[str]:
         return [
@@ -114,14 +105,13 @@ class Baseline:
         ]
 
 
-class Contextfold:
+class Contextfold(JournalSide):
     """contextfold's JournalHistory on a SQLite journal."""
 
+    digest = staticmethod(messages_digest)
+
     def __init__(self, path: Path, budget: float) -> None:
-        self.name = "JournalHistory"
-        self.budget = budget
-        self.path = path
-        self.journal = cf.open_journal(f"sqlite:///{path}")
+        super().__init__("JournalHistory", path, budget)
         self.history = JournalHistory(self.journal, STREAM)
         self.loaders: dict[str, Loader] = {"load(budget=)": self.load}
 
@@ -131,26 +121,8 @@ class Contextfold:
     async def load(self) -> Sequence[Any]:
         return await self.history.load(budget=self.budget)
 
-    def digest(self, context: Sequence[Any]) -> str:
-        return messages_digest(context)
-
-    async def cold_load(self) -> float | None:
-        journal = cf.open_journal(f"sqlite:///{self.path}")
-        try:
-            began = time.perf_counter_ns()
-            await JournalHistory(journal, STREAM).load(budget=self.budget)
-            return (time.perf_counter_ns() - began) / 1e6
-        finally:
-            await journal.close()
-
-    async def close(self) -> None:
-        await self.journal.close()
-
-    def files(self) -> Sequence[Path]:
-        return (self.path,)
-
-    def notes(self, window: int) -> list[str]:
-        return []
+    def first_load(self, journal: cf.Journal) -> Callable[[], Awaitable[object]]:
+        return lambda: JournalHistory(journal, STREAM).load(budget=self.budget)
 
 
 def baseline(directory: Path, budget: float) -> Baseline:
