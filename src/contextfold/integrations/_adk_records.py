@@ -20,6 +20,7 @@ from ..events import Event as JournalEvent
 from ..folds.fold import Fold
 from ..folds.freeze import FrozenDict, freeze
 from ..journal.encode import check_stream, check_text
+from ._stream_names import stream_part
 
 __all__ = [
     "ADK_EVENT",
@@ -243,15 +244,6 @@ def _changed(state: Mapping[str, Any], ev: Envelope[AdkStateChanged]) -> Mapping
 # -- stream names -----------------------------------------------------------------------------
 
 
-def _escape(part: str) -> str:
-    return "".join(
-        ch
-        if ch.isprintable() and not ch.isspace() and ch not in "%/"
-        else "".join(f"%{byte:02X}" for byte in ch.encode())
-        for ch in part
-    )
-
-
 def check_name(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
@@ -259,7 +251,7 @@ def check_name(name: str, value: object) -> str:
 
 
 def _stream(kind: str, fields: Sequence[tuple[str, object]]) -> str:
-    parts = [_escape(check_name(name, value)) for name, value in fields]
+    parts = [stream_part(check_name(name, value)) for name, value in fields]
     stream = "/".join(("adk", kind, *parts))
     try:
         return check_stream(stream)

@@ -52,6 +52,7 @@ from ._openai_agents_session import (
     newest_window,
 )
 from ._pair_safe import checked_counter
+from ._stream_names import stream_part
 
 try:
     from agents.items import TResponseInputItem
@@ -90,22 +91,13 @@ _Snapshot: Any = getattr(_sdk_session, "_CompactionSnapshot", None)
 ItemCounter = Callable[[TResponseInputItem], float]
 
 
-def _escape(part: str) -> str:
-    return "".join(
-        ch
-        if ch.isprintable() and not ch.isspace() and ch not in "%/"
-        else "".join(f"%{byte:02X}" for byte in ch.encode())
-        for ch in part
-    )
-
-
 def session_stream(session_id: str) -> str:
     """The stream of a session. Raises InvalidInputError naming the session id at fault."""
     if not isinstance(session_id, str) or not session_id:
         raise InvalidInputError(f"session_id must be a non-empty str, got {session_id!r:.80}")
     try:
         return check_stream(
-            "openai-agents/session/" + _escape(check_text("session_id", session_id))
+            "openai-agents/session/" + stream_part(check_text("session_id", session_id))
         )
     except InvalidStreamNameError as exc:
         raise InvalidStreamNameError(
