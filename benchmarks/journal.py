@@ -427,6 +427,7 @@ def postgres_dsn() -> Iterator[str]:
     sys.path.insert(0, str(REPO))
     try:
         import psycopg  # noqa: F401
+
         from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
     except ImportError as exc:
         raise NoPostgresError(str(exc)) from exc

@@ -11,17 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 import pytest
 
-if TYPE_CHECKING:  # mypy sees tests/ as pytest does: a folder on the path, not a package
-    from pgserver import PostgresNotFoundError, TemporaryPostgres
-else:
-    try:
-        from pgserver import PostgresNotFoundError, TemporaryPostgres
-    except ImportError:  # tests/ imported as a package (a tests/__init__.py exists)
-        from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
+from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
 
 # No test reaches a real model provider: each runs under contextfold.testing's guard.
 pytest_plugins = ["contextfold.testing.plugin"]

@@ -5,40 +5,19 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
-psycopg = pytest.importorskip("psycopg")
+from tests.pgserver import (
+    EXTERNAL_DSN_ENV,
+    PG_BIN_ENV,
+    PostgresNotFoundError,
+    TemporaryPostgres,
+    dsn_with_dbname,
+    find_pg_bin,
+)
 
-if TYPE_CHECKING:  # mypy sees tests/ as pytest does: a folder on the path, not a package
-    from pgserver import (
-        EXTERNAL_DSN_ENV,
-        PG_BIN_ENV,
-        PostgresNotFoundError,
-        TemporaryPostgres,
-        dsn_with_dbname,
-        find_pg_bin,
-    )
-else:
-    try:
-        from pgserver import (
-            EXTERNAL_DSN_ENV,
-            PG_BIN_ENV,
-            PostgresNotFoundError,
-            TemporaryPostgres,
-            dsn_with_dbname,
-            find_pg_bin,
-        )
-    except ImportError:
-        from tests.pgserver import (
-            EXTERNAL_DSN_ENV,
-            PG_BIN_ENV,
-            PostgresNotFoundError,
-            TemporaryPostgres,
-            dsn_with_dbname,
-            find_pg_bin,
-        )
+psycopg = pytest.importorskip("psycopg")
 
 
 def test_select_one_in_fresh_database(pg_dsn: str) -> None:

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 import pytest
-from context_helpers import HEADER, Log
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +30,7 @@ from contextfold.context.evidence import (
     tool_result_events,
 )
 from contextfold.errors import InvalidInputError, PayloadError, RefError
+from tests.context.helpers import HEADER, Log
 
 STREAM = "agents/evidence"
 WHERE = f"{STREAM}@7"

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from adk_helpers import BACKENDS, backend_url
 from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
@@ -26,6 +25,7 @@ from google.genai import types
 
 from contextfold.integrations.adk import JournalSessionService, session_stream
 from contextfold.journal import Journal, open_journal
+from tests.integrations.helpers import BACKENDS, backend_url
 
 APP = "my_app"
 

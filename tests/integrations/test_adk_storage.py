@@ -13,7 +13,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import pytest
-from adk_helpers import BACKENDS, ProbeStore, backend_url
 from google.adk.errors import StaleSessionError
 from google.adk.events.event import Event
 from google.adk.events.event_actions import EventActions
@@ -44,6 +43,7 @@ from contextfold.journal import Journal, open_journal
 from contextfold.journal.encode import check_stream
 from contextfold.store.memory import MemoryStore
 from contextfold.store.urls import open_store
+from tests.integrations.helpers import BACKENDS, ProbeStore, backend_url
 
 APP = "app"
 

@@ -13,10 +13,10 @@ from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import START, StateGraph
-from langgraph_graphs import build_agent, turn
 
 import contextfold as cf
 from contextfold.integrations.langgraph import JournalSaver
+from tests.integrations.helpers import build_agent, turn
 
 
 def _id(config: RunnableConfig) -> str:

@@ -23,7 +23,6 @@ from langchain_core.outputs import ChatResult
 from langchain_core.runnables import RunnableConfig
 from langgraph.graph import START, StateGraph
 from langgraph.graph.message import add_messages
-from langgraph_graphs import fake_model
 
 import contextfold as cf
 from contextfold.integrations.langgraph import (
@@ -34,6 +33,7 @@ from contextfold.integrations.langgraph import (
     budgeted_messages,
     untrusted,
 )
+from tests.integrations.helpers import fake_model
 
 
 def count(message: BaseMessage) -> int:

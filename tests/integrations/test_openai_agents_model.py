@@ -11,12 +11,18 @@ from typing import Any
 import pytest
 from agents import Agent, FileSearchTool, ModelSettings, Runner, function_tool
 from openai import AsyncOpenAI
-from openai_agents_helpers import BACKENDS, backend_url, decoded, response_json, responses_server
 from pydantic import BaseModel
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError, RenderError
 from contextfold.integrations.openai_agents import JournalModel, JournalSession
+from tests.integrations.helpers import (
+    BACKENDS,
+    backend_url,
+    decoded,
+    response_json,
+    responses_server,
+)
 
 
 @pytest.fixture(params=BACKENDS)

@@ -12,7 +12,6 @@ from typing import Any, cast
 
 import pytest
 from agents.items import TResponseInputItem
-from openai_agents_helpers import BACKENDS, HookedStore, backend_url, decoded
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError, StoreUnavailableError
@@ -24,6 +23,7 @@ from contextfold.integrations.openai_agents import (
 )
 from contextfold.journal import Journal
 from contextfold.store.urls import open_store
+from tests.integrations.helpers import BACKENDS, HookedStore, backend_url, decoded
 
 
 @pytest.fixture(params=BACKENDS)

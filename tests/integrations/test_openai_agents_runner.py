@@ -14,20 +14,20 @@ import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.items import TResponseInputItem
 from agents.memory import OpenAIResponsesCompactionSession, SessionSettings
-from openai_agents_helpers import (
-    BACKENDS,
-    ScriptedModel,
-    backend_url,
-    decoded,
-    function_call,
-    text_message,
-)
 
 import contextfold as cf
 from contextfold.integrations.openai_agents import (
     ItemAdded,
     JournalSession,
     SessionCompacted,
+)
+from tests.integrations.helpers import (
+    BACKENDS,
+    ScriptedModel,
+    backend_url,
+    decoded,
+    function_call,
+    text_message,
 )
 
 RUNS = ["run", "run_sync", "run_streamed"]

@@ -11,12 +11,12 @@ from typing import Any, cast
 import pytest
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
-from openai_agents_helpers import BACKENDS, backend_url
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError, PayloadError
 from contextfold.events import RawEvent
 from contextfold.integrations.openai_agents import ItemAdded, JournalSession, session_stream
+from tests.integrations.helpers import BACKENDS, backend_url
 
 
 @pytest.fixture(params=BACKENDS)

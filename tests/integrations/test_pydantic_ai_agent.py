@@ -24,7 +24,6 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.test import TestModel
-from pydantic_ai_helpers import BACKENDS, adding_model, backend_url
 
 import contextfold as cf
 from contextfold.events import RawEvent
@@ -42,6 +41,7 @@ from contextfold.integrations.pydantic_ai import (
     verify_recorded,
 )
 from contextfold.journal import Journal, open_journal
+from tests.integrations.helpers import BACKENDS, adding_model, backend_url
 
 TA = ModelMessagesTypeAdapter
 

@@ -29,17 +29,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai_helpers import (
-    BACKENDS,
-    LEGACY,
-    REQUEST_PARTS,
-    RESPONSE_PARTS,
-    T0,
-    adapter_round_trip,
-    backend_url,
-    conversation,
-    installed_tags,
-)
 
 import contextfold as cf
 from contextfold.errors import CorruptEventError, InvalidInputError, PayloadError
@@ -54,6 +43,17 @@ from contextfold.integrations.pydantic_ai import (
 )
 from contextfold.journal import Journal, open_journal
 from contextfold.store.memory import MemoryStore
+from tests.integrations.helpers import (
+    BACKENDS,
+    LEGACY,
+    REQUEST_PARTS,
+    RESPONSE_PARTS,
+    T0,
+    adapter_round_trip,
+    backend_url,
+    conversation,
+    installed_tags,
+)
 
 TA = ModelMessagesTypeAdapter
 

@@ -22,7 +22,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai_helpers import T0, retry_prompt
 
 import contextfold as cf
 from contextfold.errors import InvalidInputError
@@ -36,6 +35,7 @@ from contextfold.integrations.pydantic_ai import (
     untrusted,
     untrusted_prompt,
 )
+from tests.integrations.helpers import T0, retry_prompt
 
 # -- histories ---------------------------------------------------------------------------------
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-from runtime_helpers import fixed_clock
 
 from contextfold.journal import Journal, open_journal
+from tests.runtime.helpers import fixed_clock
 
 
 @pytest.fixture

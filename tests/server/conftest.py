@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_helpers import Running, Serve, running
 
 import contextfold as cf
 from contextfold.server import create_app
+from tests.server.helpers import Running, Serve, running
 
 
 @pytest.fixture(params=["memory", "sqlite"])

@@ -1,0 +1,94 @@
+"""Workers on PostgreSQL: woken by LISTEN/NOTIFY (not by polling), several sharing one
+namespace with one holder per stream at a time, each request sent once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from contextfold.context.events import LlmResponse
+from contextfold.context.rebuild import verify_requests
+from contextfold.journal import Journal, open_journal
+from contextfold.runtime.clients import FunctionModel
+from contextfold.runtime.lease import lease_table
+from contextfold.runtime.loop import Agent
+from contextfold.runtime.worker import Worker
+from contextfold.wire import NeutralRequest
+from tests.runtime.helpers import (
+    answered,
+    events_of,
+    eventually,
+    new_agent_stream,
+    recorded_of,
+    running,
+    user,
+)
+
+NEVER_POLLS: dict[str, Any] = {"poll_interval": 600.0, "rescan_interval": 600.0}
+
+
+async def test_a_notification_wakes_a_worker_that_does_not_poll(pg_dsn: str) -> None:
+    async with open_journal(pg_dsn) as journal:
+        await new_agent_stream(journal, "chat/old")
+        worker = Worker(journal, _echo(), **NEVER_POLLS)
+        async with running(worker):
+            await eventually(lambda: answered(journal, "chat/old"), what="the first scan")
+
+            async def listening() -> bool:
+                return worker.listening
+
+            await eventually(listening, what="the worker listens")
+            # A stream born now (the worker learns its name by a rescan a notification
+            # asks for) and a trigger on a known one: no poll would come for 600 s.
+            await new_agent_stream(journal, "chat/new")
+            await journal.append("chat/old", user("again"))
+            await eventually(lambda: answered(journal, "chat/new"), what="chat/new woken")
+            await eventually(lambda: answered(journal, "chat/old"), what="chat/old woken")
+
+
+def _echo() -> Any:
+    model = FunctionModel(lambda request: "ok")
+
+    def app(journal: Journal, stream: str) -> Agent:
+        return Agent(journal, stream, model)
+
+    return app
+
+
+async def test_two_workers_share_a_namespace_and_send_each_request_once(pg_dsn: str) -> None:
+    sent: dict[str, list[str]] = {}
+
+    def counting(name: str) -> Any:
+        async def model(request: NeutralRequest) -> str:
+            sent.setdefault(name, []).append(request.messages[-2].content.splitlines()[-1])
+            await asyncio.sleep(0.01)  # long enough for the other worker to look in
+            return "ok"
+
+        fn = FunctionModel(model)
+
+        def app(journal: Journal, stream: str) -> Agent:
+            return Agent(journal, stream, fn)
+
+        return app
+
+    streams = [f"chat/{n:02d}" for n in range(20)]
+    async with open_journal(pg_dsn) as first, open_journal(pg_dsn) as second:
+        for stream in streams:
+            await new_agent_stream(first, stream, f"question for {stream}")
+        a = Worker(first, counting("a"), concurrency=3, poll_interval=0.05)
+        b = Worker(second, counting("b"), concurrency=3, poll_interval=0.05)
+        async with running(a), running(b):
+
+            async def all_answered() -> bool:
+                return all([await answered(first, s) for s in streams])
+
+            await eventually(all_answered, what="every stream answered")
+        assert a.stats.claims + b.stats.claims >= len(streams)
+        for stream in streams:
+            recorded = await recorded_of(first, stream)
+            assert [len(shas) for shas in recorded.values()] == [1]  # no request sent twice
+            assert len(await events_of(first, stream, LlmResponse)) == 1
+            assert await verify_requests(first, stream) == ()
+        asked = [q for name in sent for q in sent[name]]
+        assert sorted(asked) == sorted(f"question for {s}" for s in streams)
+        assert {r.state for r in await lease_table(first)} == {"released"}
