@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import tracemalloc
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from contextfold.context import (
     LlmRequestRequested,
     RequestHeader,
     build_request,
+    rebuild,
     summary_item,
 )
 from contextfold.context import request as req
@@ -110,11 +112,13 @@ def _by_offset(drifts: Sequence[RequestDrift]) -> list[RequestDrift]:
 
 
 class _Watching:
-    """A reader passing events through that remembers the last position it handed out."""
+    """A reader passing events through that remembers the last position it handed out, and
+    calls ``each()`` as it hands out an event."""
 
-    def __init__(self, journal: cf.Journal) -> None:
+    def __init__(self, journal: cf.Journal, each: Any = None) -> None:
         self.journal = journal
         self.position = 0
+        self.each = each
 
     async def read_all(
         self,
@@ -128,6 +132,8 @@ class _Watching:
             stream, after=after, types=types, page_size=page_size
         ):
             self.position = event.position
+            if self.each is not None:
+                self.each()
             yield event
 
 
@@ -294,3 +300,30 @@ def test_verify_memory_does_not_grow_with_the_number_of_requests(
     monkeypatch.setattr(req, "_MESSAGES", type(req._MESSAGES)())
     small, large = _verify_peak(200), _verify_peak(2000)
     assert large < 2 * small, (small, large)
+
+
+async def test_the_record_of_a_checked_request_is_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """However many requests, the verifier holds the records of the latest one only: each
+    record it reads is dropped once the next request is read (verify kept every one)."""
+    alive: list[weakref.ref[Any]] = []
+
+    class Tracked(rebuild._Record):  # no slots: it takes weak references
+        def __init__(self, sha256: str, manifest: str | None) -> None:
+            super().__init__(sha256, manifest)
+            alive.append(weakref.ref(self))
+
+    monkeypatch.setattr(rebuild, "_Record", Tracked)
+    held = []
+
+    def count() -> None:  # records hold no cycle: a dropped one is gone at once
+        held.append(sum(ref() is not None for ref in alive))
+
+    async with cf.open_journal("memory://") as journal:
+        offsets = await _session(journal, 60, compact_every=7)
+        await journal.append(STREAM, _record(offsets[-1], WRONG))  # a retry's record
+        drifts, summary = await _streamed(_Watching(journal, count))
+    assert len(alive) == 61 and summary.requests == 60
+    assert [d.request_offset for d in drifts] == [offsets[-1]]
+    assert max(held) <= 2, held
