@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 from pydantic import ValidationError
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRequest
 from pyrsistent import PMap, PVector, pmap, pvector
 
 from ..canonical import canonical_json, sha256_hex
@@ -32,6 +32,7 @@ from ._journal_bridge import JournalBridge
 from ._pair_safe import link_of
 from ._pydantic_ai_window import (
     HistoryView,
+    checked_messages,
     choose_start,
     downgraded,
     shape_of_json,
@@ -240,15 +241,7 @@ class JournalHistory:
 def _new_messages(result: Any) -> list[ModelMessage]:
     new = getattr(result, "new_messages", None)
     messages = new() if callable(new) else result
+    takes = "save() takes a run result (with new_messages()) or a list of pydantic-ai messages"
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise InvalidInputError(
-            "save() takes a run result (with new_messages()) or a list of pydantic-ai "
-            f"messages, got {type(result).__name__}"
-        )
-    for index, message in enumerate(messages):
-        if not isinstance(message, (ModelRequest, ModelResponse)):
-            raise InvalidInputError(
-                f"save(): messages[{index}] is a {type(message).__name__}, not a ModelRequest "
-                "or ModelResponse"
-            )
-    return list(messages)
+        raise InvalidInputError(f"{takes}, got {type(result).__name__}")
+    return checked_messages(messages, takes=takes, what="save(): ")

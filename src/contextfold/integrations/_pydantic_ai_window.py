@@ -50,6 +50,7 @@ __all__ = [
     "approx_message_tokens",
     "budget_history",
     "budgeted",
+    "checked_messages",
     "choose_start",
     "downgraded",
     "links",
@@ -293,15 +294,16 @@ def _named(message: ModelMessage) -> str:
     return f"a {type(message).__name__}"
 
 
-def _checked_messages(messages: object) -> list[ModelMessage]:
+def checked_messages(messages: object, *, takes: str, what: str = "") -> list[ModelMessage]:
+    """``messages`` as a list of pydantic-ai messages. Raises InvalidInputError saying what
+    ``takes`` them when they are no sequence, or naming the first that is no message (its
+    message led by ``what``)."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-        raise InvalidInputError(
-            f"budget_history takes a list of pydantic-ai messages, got {type(messages).__name__}"
-        )
+        raise InvalidInputError(f"{takes}, got {type(messages).__name__}")
     for index, message in enumerate(messages):
         if not isinstance(message, (ModelRequest, ModelResponse)):
             raise InvalidInputError(
-                f"messages[{index}] is a {type(message).__name__}, not a ModelRequest or "
+                f"{what}messages[{index}] is a {type(message).__name__}, not a ModelRequest or "
                 "ModelResponse"
             )
     return list(messages)
@@ -319,7 +321,7 @@ def budget_history(
     """
     limit = check_budget(budget)
     count = _checked_counter(count_tokens)
-    given = _checked_messages(messages)
+    given = checked_messages(messages, takes="budget_history takes a list of pydantic-ai messages")
     shapes = [shape_of(message, where=f"messages[{i}]") for i, message in enumerate(given)]
     linked = links(shapes)
     first = given[0] if given else None
