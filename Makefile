@@ -22,13 +22,10 @@ lint: install
 	$(PY) -m ruff check src tests benchmarks
 	$(PY) -m ruff format --check src tests benchmarks
 
-# mypy (strict, configured in pyproject.toml) checks src/contextfold and tests/. One run
-# cannot hold two modules named conftest: the nested conftest.py files get a run each.
+# One mypy run (strict, configured in pyproject.toml) checks src/contextfold, tests/ and
+# benchmarks/.
 typecheck: install
 	$(PY) -m mypy
-	for conftest in $$(find tests -mindepth 2 -name conftest.py | sort); do \
-		$(PY) -m mypy $$conftest || exit 1; \
-	done
 
 bench: install
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done
