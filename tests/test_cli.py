@@ -127,7 +127,14 @@ def test_streams_events_rebuild_and_verify(session: str) -> None:
     assert verified.exit_code == 0
     assert verified.stdout == "all 1 recorded request(s) of 'chat' rebuild byte for byte\n"
     report = json.loads(invoke("verify", "chat", "--url", session, "--json").stdout)
-    assert report == {"stream": "chat", "ok": True, "requests": 1, "drifts": [], "corrupt": []}
+    assert report == {
+        "stream": "chat",
+        "ok": True,
+        "requests": 1,
+        "drift_count": 0,
+        "drifts": [],
+        "corrupt": [],
+    }
 
 
 @pytest.mark.parametrize("command", READ_COMMANDS, ids=lambda c: c[0])
@@ -307,6 +314,7 @@ def test_verify_of_a_stream_without_requests_says_there_is_nothing_to_verify(
         "stream": "chat",
         "ok": False,
         "requests": 0,
+        "drift_count": 0,
         "drifts": [],
         "corrupt": [],
     }

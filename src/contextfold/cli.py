@@ -330,15 +330,32 @@ def ref(
 def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> None:
     """Rebuild every recorded request of a stream and report any whose bytes drifted.
 
+    One pass, holding one request at a time: each drift is printed as it is found.
     A corrupt row is reported as a drift too, with its stream and position; the rebuild
     leaves it out, as the folds do. A stream without recorded requests has nothing to
-    verify: that is said, with exit status 1.
+    verify: that is said, with exit status 1. ``--json`` lists every drift at the end.
     """
+    from .context.rebuild import RequestDrift
     from .inspection import Verification, verification_json, verify_stream
+    from .store.rows import CorruptRow
+
+    def show(found: RequestDrift | CorruptRow) -> None:
+        line = (
+            f"@{found.request_offset}: {found.error or 'bytes differ'}"
+            if isinstance(found, RequestDrift)
+            else f"@{found.position}: corrupt row, {found}"
+        )
+        console.print(line, markup=False, highlight=False)
 
     async def run(progress: Any) -> Verification:
         async with _open(url) as journal:
-            return await verify_stream(journal, stream, where=_shown(url), progress=progress)
+            return await verify_stream(
+                journal,
+                stream,
+                where=_shown(url),
+                progress=progress,
+                problem=None if as_json else show,
+            )
 
     with _progress() as progress:
         done = asyncio.run(run(progress))
@@ -347,14 +364,6 @@ def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> N
         if not done.ok:
             raise typer.Exit(1)
         return
-    for row in done.corrupt:
-        console.print(f"@{row.position}: corrupt row, {row}", markup=False, highlight=False)
-    for drift in done.drifts:
-        console.print(
-            f"@{drift.request_offset}: {drift.error or 'bytes differ'}",
-            markup=False,
-            highlight=False,
-        )
     if not done.requests and not done.corrupt:
         _fail(
             f"stream {stream!r} has no recorded requests: nothing to verify (requests are "

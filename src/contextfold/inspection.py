@@ -5,17 +5,19 @@ A stream must hold events (else :class:`~contextfold.errors.UnknownStreamError` 
 closest names the journal has), a cursor must name one of its events (else
 :class:`~contextfold.errors.UnknownCursorError`: the library's reads reset on it, a user
 typing one has made a mistake), and a verification says how many requests it checked.
-Nothing here writes.
+A verification streams (:class:`~contextfold.context.rebuild.RequestVerifier`): it holds
+one request at a time and only the drifts it is asked to keep. Nothing here writes.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .context.rebuild import RequestDrift, RequestRecorded, verify_requests
+from .context.rebuild import RequestDrift, RequestVerifier
 from .errors import CorruptEventError, UnknownCursorError, UnknownStreamError
 from .events import Event, StoredEvent
 from .store.base import MAX_LIMIT, StreamInfo, parse_cursor
@@ -23,6 +25,7 @@ from .store.rows import CorruptRow, SkipCorrupt
 
 __all__ = [
     "MAX_SUGGESTIONS",
+    "Problem",
     "Progress",
     "Verification",
     "event_json",
@@ -37,6 +40,9 @@ MAX_SUGGESTIONS = 3
 
 Progress = Callable[[str, int, int], None]
 """``progress(phase, position, version)``: called as a long read goes through a stream."""
+
+Problem = Callable[[RequestDrift | CorruptRow], None]
+"""``problem(found)``: called with each drift and corrupt row as a verification finds it."""
 
 
 class _Journal(Protocol):
@@ -128,30 +134,30 @@ class Verification:
     """The outcome of verifying a stream's recorded requests.
 
     ``requests``: the recorded requests checked (each offset once, retries included in
-    it); ``drifts``: records whose rebuild differs or fails; ``corrupt``: rows that no
-    longer decode, left out of the rebuild as the folds leave them out.
+    it); ``drifts``: records whose rebuild differs or fails, the first found up to the
+    number asked for, by offset; ``corrupt``: rows that no longer decode, left out of the
+    rebuild as the folds leave them out; ``drift_count``: every drift found.
     """
 
     stream: str
     requests: int
     drifts: tuple[RequestDrift, ...]
     corrupt: tuple[CorruptRow, ...]
+    drift_count: int
 
     @property
     def ok(self) -> bool:
         """True only when requests were checked and every one rebuilt byte for byte."""
-        return self.requests > 0 and not self.drifts and not self.corrupt
+        return self.requests > 0 and not self.drift_count and not self.corrupt
 
 
 class _Watched:
-    """A reader passing every event through, counting request records and reporting
-    progress as positions go by."""
+    """A reader passing every event through, reporting progress as positions go by."""
 
-    def __init__(self, reader: SkipCorrupt, version: int, progress: Progress | None) -> None:
+    def __init__(self, reader: SkipCorrupt, version: int, progress: Progress) -> None:
         self._reader = reader
         self._version = version
         self._progress = progress
-        self.offsets: set[int] = set()
 
     async def read_all(
         self,
@@ -161,20 +167,10 @@ class _Watched:
         types: Sequence[str | type[Event]] | None = None,
         page_size: int = 1000,
     ) -> AsyncIterator[StoredEvent]:
-        phase = (
-            "reading request records"
-            if types is not None and tuple(types) == (RequestRecorded.event_type,)
-            else "rebuilding requests"
-        )
         rows = self._reader.read_all(stream, after=after, types=types, page_size=page_size)
         try:
             async for event in rows:
-                if event.type == RequestRecorded.event_type:
-                    offset = event.payload.get("request_offset")
-                    if isinstance(offset, int):
-                        self.offsets.add(offset)
-                if self._progress is not None:
-                    self._progress(phase, event.position, self._version)
+                self._progress("rebuilding requests", event.position, self._version)
                 yield event
         finally:
             aclose = getattr(rows, "aclose", None)
@@ -183,30 +179,63 @@ class _Watched:
 
 
 async def verify_stream(
-    journal: _Journal, stream: str, *, where: str = "", progress: Progress | None = None
+    journal: _Journal,
+    stream: str,
+    *,
+    where: str = "",
+    progress: Progress | None = None,
+    keep: int | None = None,
+    problem: Problem | None = None,
 ) -> Verification:
-    """Verify every recorded request of ``stream`` (see
-    :func:`~contextfold.context.rebuild.verify_requests`), reading around corrupt rows.
-    Raises UnknownStreamError for a stream without events."""
+    """Verify every recorded request of ``stream`` in one streaming pass (see
+    :class:`~contextfold.context.rebuild.RequestVerifier`), reading around corrupt rows.
+
+    ``keep``: the most drifts the verification holds (None: all), the first found;
+    ``problem`` is called with each drift as it is found, and with each corrupt row before
+    the drift that follows it. Raises UnknownStreamError for a stream without events.
+    """
     version = await require_stream(journal, stream, where=where)
     reader = SkipCorrupt(journal)
-    watched = _Watched(reader, version, progress)
-    drifts = await verify_requests(watched, stream)
-    return Verification(stream, len(watched.offsets), drifts, reader.corrupt)
+    watched = reader if progress is None else _Watched(reader, version, progress)
+    kept: list[RequestDrift] = []
+    shown = 0
+    async with aclosing(RequestVerifier(watched, stream)) as verifier:
+        async for drift in verifier:
+            if problem is not None:
+                shown = _report(problem, reader.corrupt, shown)
+                problem(drift)
+            if keep is None or len(kept) < keep:
+                kept.append(drift)
+        summary = verifier.summary
+    corrupt = reader.corrupt
+    if problem is not None:
+        _report(problem, corrupt, shown)
+    drifts = tuple(sorted(kept, key=lambda drift: drift.request_offset))
+    return Verification(stream, summary.requests, drifts, corrupt, summary.drifts)
+
+
+def _report(problem: Problem, corrupt: tuple[CorruptRow, ...], shown: int) -> int:
+    """Report the corrupt rows after the first ``shown``; how many are reported now."""
+    for row in corrupt[shown:]:
+        problem(row)
+    return len(corrupt)
 
 
 def verification_json(done: Verification) -> dict[str, Any]:
-    """A verification as JSON: ``ok`` only when requests were checked and none drifted."""
+    """A verification as JSON: ``ok`` only when requests were checked and none drifted;
+    ``drifts`` lists those the verification kept, ``drift_count`` counts them all."""
     return {
         "stream": done.stream,
         "ok": done.ok,
         "requests": done.requests,
+        "drift_count": done.drift_count,
         "drifts": [
             {
                 "request_offset": d.request_offset,
                 "recorded": d.recorded,
                 "rebuilt": d.rebuilt,
                 "error": d.error,
+                "recorded_at": d.recorded_at,
             }
             for d in done.drifts
         ],

@@ -98,11 +98,12 @@ async def test_verify_reports_drifts(server: Running, journal: cf.Journal) -> No
         "stream": "agent",
         "ok": True,
         "requests": 1,
+        "drift_count": 0,
         "drifts": [],
         "corrupt": [],
     }
     bad = good.model_copy(update={"sha256": "0" * 64})
-    await server.client.post("/v1/streams/agent/events", json={"events": [raw(bad)]})
+    posted = await server.client.post("/v1/streams/agent/events", json={"events": [raw(bad)]})
     report = (await server.client.get("/v1/streams/agent/verify")).json()
     assert report["ok"] is False
     assert report["drifts"] == [
@@ -111,6 +112,7 @@ async def test_verify_reports_drifts(server: Running, journal: cf.Journal) -> No
             "recorded": "0" * 64,
             "rebuilt": sha256_hex(body),
             "error": None,
+            "recorded_at": posted.json()["first_position"],
         }
     ]
 

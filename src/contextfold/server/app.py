@@ -8,7 +8,7 @@ Routes (JSON unless noted; the namespace is the ``X-Contextfold-Namespace`` head
     GET  /v1/streams/{stream}/events              a page: ?after=<cursor>&limit=
     GET  /v1/streams/{stream}/context             the agent context, items with headers
     GET  /v1/streams/{stream}/requests/{offset}   the exact rebuilt request body
-    GET  /v1/streams/{stream}/verify              recorded requests whose rebuild drifts
+    GET  /v1/streams/{stream}/verify              recorded requests whose rebuild drifts: ?limit=
     GET  /v1/streams/{stream}/tail                SSE: events as they land (resumable)
     GET  /v1/sessions/{session}/transcript        transcript rows (with transcript=)
     GET  /v1/sessions/{session}/live              SSE of the transcript bus (with bus=)

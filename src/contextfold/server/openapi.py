@@ -315,10 +315,18 @@ def openapi_schema(
     }
     paths["/v1/streams/{stream}/verify"] = {
         "get": ops.api(
-            "Rebuild every recorded request and report those whose bytes drifted.",
+            "Rebuild every recorded request and report those whose bytes drifted, the "
+            "first limit of them (drift_count counts all).",
             {"200": _json("The verification.", schema_ref("Verification"))},
-            parameters=[stream],
-            errors=(404,),
+            parameters=[
+                stream,
+                _query(
+                    "limit",
+                    "Most drifts listed.",
+                    {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 100},
+                ),
+            ],
+            errors=(400, 404),
         )
     }
     paths["/v1/streams/{stream}/tail"] = {

@@ -227,7 +227,7 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
         },
         "Verification": {
             "type": "object",
-            "required": ["stream", "ok", "requests", "drifts", "corrupt"],
+            "required": ["stream", "ok", "requests", "drift_count", "drifts", "corrupt"],
             "properties": {
                 "stream": {"type": "string"},
                 "ok": {
@@ -235,16 +235,28 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
                     "description": "True only when requests were checked and none drifted.",
                 },
                 "requests": {"type": "integer", "minimum": 0},
+                "drift_count": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Every drift found; drifts lists the first limit of them.",
+                },
                 "drifts": {
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "required": ["request_offset", "recorded", "rebuilt", "error"],
+                        "required": [
+                            "request_offset",
+                            "recorded",
+                            "rebuilt",
+                            "error",
+                            "recorded_at",
+                        ],
                         "properties": {
                             "request_offset": position,
                             "recorded": {"type": "string"},
                             "rebuilt": _SCALAR_OR_NULL,
                             "error": _SCALAR_OR_NULL,
+                            "recorded_at": position,
                         },
                     },
                 },

@@ -176,11 +176,15 @@ class StreamRoutes:
         return Response(text.encode(), media_type="text/plain; charset=utf-8")
 
     async def verify(self, request: Request) -> Response:
-        """``GET …/verify``: how many recorded requests were checked, each whose rebuild
-        differs and each corrupt row; ``ok`` only when requests were checked and none drifted."""
+        """``GET …/verify?limit=``: how many recorded requests were checked, the first
+        ``limit`` whose rebuild differs (``drift_count`` counts all) and each corrupt row;
+        ``ok`` only when requests were checked and none drifted. One streaming pass that
+        holds one request at a time and at most ``limit`` drifts."""
+        limit = query_int(request, "limit", default=100, low=1, high=MAX_PAGE)
         journal, stream = self._stream(request)
         where = f"namespace {journal.namespace!r}"
-        return JSONResponse(verification_json(await verify_stream(journal, stream, where=where)))
+        done = await verify_stream(journal, stream, where=where, keep=limit)
+        return JSONResponse(verification_json(done))
 
     async def tail(self, request: Request) -> Response:
         """``GET …/tail?after=``: SSE of the stream's events from ``after`` on, live.
