@@ -109,7 +109,7 @@ def test_the_drawing_is_the_tree() -> None:
 
 def test_the_public_api_carries_the_tree() -> None:
     # The errors a user of the top package handles are reachable from it.
-    for name in ("ConfigurationError", "MissingSegmentError", "UsageError"):
+    for name in ("ConfigurationError", "MissingSegmentError", "StrictJsonError", "UsageError"):
         assert getattr(cf, name) is getattr(errors, name)
 
 
