@@ -68,6 +68,9 @@ class StreamLeased(Event, type="contextfold.agent/lease", runtime_only=True):
     expires_at: datetime
     state: LeaseState = "held"
     failures: int = Field(default=0, ge=0)
+    idle: bool = False
+    """Released by a holder whose agent had nothing left to do through the event before
+    this one: other workers need not look at the stream again until it changes."""
 
 
 def decode_lease(stored: StoredEvent) -> StreamLeased | None:
@@ -196,10 +199,12 @@ class StreamLease:
             self._check()
             await self._write("held", self.ttl)
 
-    async def release(self, *, backoff: float = 0.0, failures: int = 0) -> None:
+    async def release(self, *, backoff: float = 0.0, failures: int = 0, idle: bool = False) -> None:
         """Hand the lease back: at once, or after ``backoff`` seconds during which nobody
-        works the stream (after ``failures`` provider failures in a row). Nothing happens
-        when it was lost or released already; a claim that never landed is dropped."""
+        works the stream (after ``failures`` provider failures in a row). ``idle``: the
+        agent found nothing to do in everything this instance has seen; the release says
+        so (``StreamLeased.idle``) only when nobody appended since. Nothing happens when it
+        was lost or released already; a claim that never landed is dropped."""
         async with self._lock:
             if self._ended is not None:
                 return
@@ -208,6 +213,8 @@ class StreamLease:
                 return
             state: LeaseState = "backoff" if backoff > 0 else "released"
             try:
+                if idle and backoff <= 0 and await self._release_idle(failures):
+                    return
                 await self._write(state, max(backoff, 0.0), failures=failures)
             except LeaseLostError:
                 return  # taken over meanwhile: not this instance's to hand back
@@ -243,14 +250,29 @@ class StreamLease:
             position=self._version,
         )
 
-    def _event(self, state: LeaseState, seconds: float, failures: int) -> StreamLeased:
+    def _event(
+        self, state: LeaseState, seconds: float, failures: int, *, idle: bool = False
+    ) -> StreamLeased:
         return StreamLeased(
             holder=self.holder,
             token=self.token,
             expires_at=self._clock() + timedelta(seconds=seconds),
             state=state,
             failures=failures,
+            idle=idle,
         )
+
+    async def _release_idle(self, failures: int) -> bool:
+        """An idle hand-back, landing only right after what this instance has seen (False,
+        nothing written, when others appended since: what they wrote may be work)."""
+        event = self._event("released", 0.0, failures, idle=True)
+        try:
+            await self._fenced([event], expected_version=self._version, actor=AGENT, channels=())
+        except WrongExpectedVersionError:
+            return False  # caught up by the fence already (a takeover raised LeaseLostError)
+        self._expires_at = event.expires_at
+        self._end("the lease was released")
+        return True
 
     async def _write(self, state: LeaseState, seconds: float, *, failures: int = -1) -> None:
         """Append a lease event of this claim (a pending claim lands as it)."""

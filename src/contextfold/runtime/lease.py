@@ -48,6 +48,7 @@ __all__ = [
     "LeaseRecord",
     "LeaseState",
     "LeaseStatus",
+    "LeaseView",
     "StreamLease",
     "StreamLeased",
     "claim_lease",
@@ -56,6 +57,7 @@ __all__ = [
     "lease_table",
     "new_holder",
     "read_lease",
+    "view_lease",
 ]
 
 log = logging.getLogger("contextfold.runtime")
@@ -80,6 +82,10 @@ class LeaseRecord:
     state: LeaseState
     failures: int
     position: int
+    cursor: str | None = None
+    """The lease event's cursor."""
+    idle: bool = False
+    """Handed back by a holder that left nothing to do before it (``StreamLeased.idle``)."""
 
     def status(self, now: datetime) -> LeaseStatus:
         """``released``, ``expired`` (lapsed at ``now``), else ``held`` or ``backoff``."""
@@ -144,7 +150,42 @@ async def read_lease(journal: Journal, stream: str) -> LeaseRecord | None:
         state=event.state,
         failures=event.failures,
         position=found[0].position,
+        cursor=found[0].cursor,
+        idle=event.idle,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseView:
+    """A stream's lease as of a version: what a claim lands at (:func:`view_lease`)."""
+
+    version: int
+    lease: LeaseRecord | None
+    """The newest lease event at or before ``version``."""
+
+    @property
+    def cursor(self) -> str | None:
+        """Where a catch-up after ``version`` may start reading: the lease event (nothing
+        before it can take the stream over), or the stream's start when it has none."""
+        return self.lease.cursor if self.lease is not None else None
+
+    @property
+    def settled(self) -> bool:
+        """Whether the stream ends with an idle hand-back: nothing to do until it changes."""
+        lease = self.lease
+        return lease is not None and lease.idle and lease.position == self.version
+
+
+async def view_lease(journal: Journal, stream: str, *, version: int | None = None) -> LeaseView:
+    """The stream's version, then its lease: two reads (one when ``version``, read just
+    before, is given). A lease event newer than the version read moves the version up to
+    it: it is the newest lease event there all the same."""
+    if version is None:
+        version = await journal.version(stream)
+    current = await read_lease(journal, stream)
+    if current is not None and current.position > version:
+        version = current.position
+    return LeaseView(version, current)
 
 
 async def lease_table(journal: Journal, *, prefix: str | None = None) -> tuple[LeaseRecord, ...]:
@@ -166,10 +207,13 @@ async def claim_lease(
     ttl: float = LEASE_TTL,
     clock: Clock | None = None,
     lazy: bool = False,
+    view: LeaseView | None = None,
 ) -> StreamLease:
     """Claim the stream's lease for ``holder`` for ``ttl`` seconds: it lands only when the
     lease is free (released, lapsed, or ``holder``'s own) at the version it was read at.
     ``lazy``: written with the holder's first append instead of now (see ``fence``).
+    ``view``: the stream's lease as the caller just read it (:func:`view_lease`), used for
+    the first attempt instead of reading it again.
 
     ``clock`` defaults to the journal's. Raises LeaseHeldError when another instance holds
     it, ConfigurationError for a bad holder or ttl, ConflictError when other writers kept
@@ -178,12 +222,9 @@ async def claim_lease(
     _check_settings(holder, ttl)
     now_of = clock or journal.clock
     conflict: WrongExpectedVersionError | None = None
-    for _ in range(_CLAIM_ATTEMPTS):
-        # A cursor, then the version: events after the version make the claim fail; a
-        # cursor older than it only makes a catch-up read a little more.
-        cursor = await journal.head(stream) if lazy else None
-        version = await journal.version(stream)
-        current = await read_lease(journal, stream)
+    for attempt in range(_CLAIM_ATTEMPTS):
+        seen = view if view is not None and attempt == 0 else await view_lease(journal, stream)
+        current, version, cursor = seen.lease, seen.version, seen.cursor
         now = now_of()
         if current is not None and not current.free_for(holder, now):
             raise LeaseHeldError(

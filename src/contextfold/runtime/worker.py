@@ -42,7 +42,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ..context.projection import AgentContext
 from ..context.state import AgentContextState
 from ..errors import (
     ConfigurationError,
@@ -55,7 +54,7 @@ from ..errors import (
 )
 from ..journal import Journal
 from ..store.base import MAX_LIMIT, wait_or_timeout
-from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, read_lease
+from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
 from .turn import _finish
@@ -73,10 +72,8 @@ _STORE_PAUSE = 1.0  # seconds a stream rests after a store error
 _MAX_SCAN_PAUSE = 5.0
 _MAX_WAIT = 5.0
 _MAX_FOREIGN = 10_000  # notification keys of other namespaces remembered (then forgotten)
-_IDLE = frozenset({"idle", "queued"})
 _UNBORN = AgentContextState()
 _BUDGETS = TurnBudgets()
-_OTHERS_RECENT = 30.0  # seconds after seeing another holder's lease: look at leases first
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +81,7 @@ class WorkerStats:
     """What a worker did so far."""
 
     claims: int = 0
-    """Leases claimed."""
+    """Leases claimed and used (a claim whose agent found nothing to do is never written)."""
     runs: int = 0
     """Streams run to the end of their work (or of their quantum)."""
     steps: int = 0
@@ -161,7 +158,6 @@ class Worker:
         self._settled: dict[str, int] = {}  # the version a run left a stream at, alone
         self._versions: dict[str, int] = {}
         self._blocked: dict[str, datetime] = {}  # looked at again at that time
-        self._elsewhere: set[str] = set()  # blocked by another instance's lease
         self._recheck: dict[str, float] = {}  # blocked streams that changed: when to look
         self._paused: dict[str, datetime] = {}  # store pauses and unleased backoffs
         self._failures: dict[str, int] = {}  # provider failures in a row (unleased)
@@ -176,7 +172,6 @@ class Worker:
         self._started = False
         self._stats = WorkerStats()
         self._random = random.Random(self.holder)
-        self._others_seen = -math.inf  # when a lease of another holder was last met
 
     # -- what callers see -------------------------------------------------------------------
 
@@ -396,46 +391,40 @@ class Worker:
             self._wake.set()
 
     async def _work(self, stream: str) -> None:
+        version: int | None = None
         settled = self._settled.pop(stream, None)
-        if settled is not None and await self.journal.version(stream) == settled:
-            # Nothing appended since this worker's run: the change it heard of was its own.
-            self._settled[stream] = settled
-            return
+        if settled is not None:
+            version = await self.journal.version(stream)
+            if version == settled:
+                # Nothing appended since this worker's run: the change it heard of was its own.
+                self._settled[stream] = settled
+                return
         paused = self._paused.get(stream)
         if paused is not None:
             if self.journal.clock() < paused:
                 self._blocked[stream] = paused
                 return
             del self._paused[stream]
-        loop = asyncio.get_running_loop()
-        if stream in self._elsewhere or (
-            self.lease and loop.time() < self._others_seen + _OTHERS_RECENT
-        ):
-            # Leased to another instance when last seen, or other workers are about: one
-            # look at the lease first (they may be on it) before reading the stream's state.
-            self._elsewhere.discard(stream)
-            current = await read_lease(self.journal, stream)
-            if current is not None and not current.free_for(self.holder, self.journal.clock()):
-                self._block_elsewhere(stream, current.expires_at)
-                return
-        if not await self._has_work(stream):
+        if not self.lease:
+            if await self._may_have_work(stream):
+                await self._run_leased(stream, None, self._failures.get(stream, 0))
             return
-        lease: StreamLease | None = None
-        failures = self._failures.get(stream, 0)
-        if self.lease:
-            try:
-                lease = await claim_lease(
-                    self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=True
-                )
-            except LeaseHeldError as exc:
-                self._block_elsewhere(stream, datetime.fromisoformat(exc.expires_at))
-                return
-            except ConflictError:
-                self._dirty.add(stream)  # other writers won every race: look again
-                return
-            failures = lease.failures
-            self._count(claims=1)
-        await self._run_leased(stream, lease, failures)
+        # The lease first: a stream another instance holds, or one handed back idle with
+        # nothing appended since (by any worker), is not read any further.
+        view = await view_lease(self.journal, stream, version=version)
+        if view.settled or not await self._may_have_work(stream):
+            return
+        try:
+            lease = await claim_lease(
+                self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=True, view=view
+            )
+        except LeaseHeldError as exc:
+            self._blocked[stream] = datetime.fromisoformat(exc.expires_at)
+            return
+        except ConflictError:
+            self._dirty.add(stream)  # other writers won every race: look again
+            return
+        await self._run_leased(stream, lease, lease.failures)
 
     async def _run_leased(self, stream: str, lease: StreamLease | None, failures: int) -> None:
         journal = lease.journal if lease is not None else self.journal
@@ -460,9 +449,12 @@ class Worker:
             if lease is not None:  # a shutdown: another worker takes over at once
                 await _finish(_quietly(lease.release()))
             raise
+        finally:
+            if lease is not None and not lease.pending:
+                self._count(claims=1)
         self._failures.pop(stream, None)
         if lease is not None:
-            await _quietly(lease.release())
+            await _quietly(lease.release(idle=idle))
             if idle and lease.others_appended == 0 and not lease.active and not lease.lost:
                 # Released, and nobody else appended meanwhile: the changes heard of while
                 # it ran (and the ones still to come in) are this run's own appends.
@@ -485,14 +477,12 @@ class Worker:
         self._count(runs=1)
         return idle
 
-    async def _has_work(self, stream: str) -> bool:
+    async def _may_have_work(self, stream: str) -> bool:
+        """Whether the stream's scheduler has something to do. Budgets only tell a request
+        from a halt (both are work); the context only tells a request from a pending birth,
+        and the agent reads it itself (a birth still pending leaves its claim unused)."""
         sched = await self.journal.fold(Scheduler, stream)
-        # Budgets only tell a request from a halt: both are work. The context only tells a
-        # request from a pending birth: without it, nothing to do is nothing to do.
-        if decide(sched, _UNBORN, _BUDGETS).action == "idle":
-            return False
-        context = await self.journal.fold(AgentContext, stream)
-        return decide(sched, context, _BUDGETS).action not in _IDLE
+        return decide(sched, _UNBORN, _BUDGETS).action != "idle"
 
     async def _agent(self, journal: Journal, stream: str) -> Agent:
         made = self.app(journal, stream)
@@ -529,11 +519,6 @@ class Worker:
         until = self.journal.clock() + timedelta(seconds=seconds)
         self._paused[stream] = until
         self._blocked[stream] = until
-
-    def _block_elsewhere(self, stream: str, until: datetime) -> None:
-        self._blocked[stream] = until
-        self._elsewhere.add(stream)
-        self._others_seen = asyncio.get_running_loop().time()
 
     async def _drain(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the running agents, then cancel the rest."""

@@ -107,6 +107,19 @@ _INSERT_EXPECTED = _INSERT.replace(
 )""",
 )
 assert _INSERT_EXPECTED != _INSERT
+# An append with no check at all, in one statement too: the stream row is locked and bumped
+# first (its CTE feeds the insert), so global positions are still drawn under the lock.
+_INSERT_ANY = _INSERT.replace(
+    f"""WITH cur AS (
+    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
+)""",
+    """WITH cur AS (
+    INSERT INTO cf_streams AS t (namespace, stream, version) VALUES (%(ns)s, %(s)s, %(n)s)
+    ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s
+    RETURNING version - %(n)s AS v
+)""",
+)
+assert _INSERT_ANY != _INSERT
 # One statement, one snapshot: an unknown cursor gives no row, a known one at least one.
 _READ_AFTER = f"""
 SELECT e.* FROM cf_events c LEFT JOIN LATERAL (

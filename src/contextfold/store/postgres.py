@@ -4,8 +4,8 @@ Every append runs in one transaction that first upserts the stream's ``cf_stream
 (which locks it and bumps its version), then checks the idempotency key and inserts the
 events. Writers of one stream therefore queue on that row lock, positions are computed
 under it, and global positions (an identity column, never reused) are drawn only after
-it, so they grow with positions inside a stream. Statements are pipelined: an append is
-one round trip, two with an expected version or idempotency key. Every committed append
+it, so they grow with positions inside a stream. An append is one statement (one round
+trip) unless it has an idempotency key: then two, pipelined. Every committed append
 sends a NOTIFY; ``subscribe`` wakes on it through one listening connection per store and
 re-reads every ``poll_fallback`` seconds anyway, so a lost notification only delays.
 """
@@ -32,6 +32,7 @@ from ._postgres_sql import (
     _CHANNEL_SEP,
     _COLUMNS,
     _INSERT,
+    _INSERT_ANY,
     _INSERT_EXPECTED,
     _LOCK,
     _PAGE,
@@ -201,30 +202,33 @@ class PostgresStore(Store):
             "keys": [m.idempotency_key for m in metas],
             "chans": [_CHANNEL_SEP.join(m.channels) for m in metas],
         }
+        doing = f"appending to stream {stream!r}"
         outcome: AppendResult | StoreError | None = None
-        inserted: psycopg.AsyncCursor[Any] | None = None
-        async with self._connection(f"appending to stream {stream!r}") as conn, _pipeline(conn):
-            async with conn.transaction() as tx:
-                if idempotency_key is None and expected_version is not None:
-                    # Checked, locked and inserted by one statement: one round trip too.
-                    checked = {**args, "expected": expected_version}
-                    inserted = await conn.execute(_INSERT_EXPECTED, checked)
-                else:
+        if idempotency_key is None:
+            # Checked (at an expected version), locked and inserted by one statement, its own
+            # transaction under autocommit: one round trip, and no pipeline to drive.
+            sql = _INSERT_ANY if expected_version is None else _INSERT_EXPECTED
+            async with self._connection(doing) as conn:
+                cur = await conn.execute(sql, {**args, "expected": expected_version})
+                last = await cur.fetchone()
+        else:
+            inserted: psycopg.AsyncCursor[Any] | None = None
+            async with self._connection(doing) as conn, _pipeline(conn):
+                async with conn.transaction() as tx:
+                    # The key is checked under the stream's lock: two round trips.
                     locked = await conn.execute(_LOCK, args)
-                    if idempotency_key is not None:
-                        # Checked under the lock; without checks the append is one round trip.
-                        seen = await conn.execute(_SEEN, args)
-                        row = await locked.fetchone()
-                        assert row is not None
-                        found = await seen.fetchone()
-                        outcome = _early_outcome(
-                            stream, idempotency_key, digest, found, expected_version, row[0] - n
-                        )
-                        if outcome is not None:
-                            raise psycopg.Rollback(tx)
+                    seen = await conn.execute(_SEEN, args)
+                    row = await locked.fetchone()
+                    assert row is not None
+                    found = await seen.fetchone()
+                    outcome = _early_outcome(
+                        stream, idempotency_key, digest, found, expected_version, row[0] - n
+                    )
+                    if outcome is not None:
+                        raise psycopg.Rollback(tx)
                     inserted = await conn.execute(_INSERT, args)
-            # Fetched after COMMIT so the insert and the commit share one round trip.
-            last = await inserted.fetchone() if inserted is not None else None
+                # Fetched after COMMIT so the insert and the commit share one round trip.
+                last = await inserted.fetchone() if inserted is not None else None
         if isinstance(outcome, StoreError):
             raise outcome
         if outcome is not None:
