@@ -225,11 +225,11 @@ class SQLiteStore(Store):
                 del rows[limit:]
             if conn.in_transaction:
                 conn.execute("COMMIT")
-            events = tuple(_event(namespace, stream, r) for r in rows)
+            events = StoredEvent.from_rows(namespace, stream, rows)
             cursor = events[-1].cursor if events else (None if reset else after)
             return ReadResult(events, cursor, reset=reset, more=more)
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def latest(
         self,
@@ -255,9 +255,9 @@ class SQLiteStore(Store):
                 args.append(bound)
             sql += " ORDER BY position DESC LIMIT ?"
             args.append(limit)
-            return tuple(_event(namespace, stream, r) for r in conn.execute(sql, args))
+            return StoredEvent.from_rows(namespace, stream, conn.execute(sql, args))
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -272,7 +272,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return row is not None
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
         def work(conn: sqlite3.Connection) -> str | None:
@@ -283,7 +283,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return str(row[0]) if row else None
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -293,7 +293,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return int(row[0]) if row else 0
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -332,8 +332,4 @@ class SQLiteStore(Store):
                 args.append(limit)
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
-        return await self._db.run(work)
-
-
-def _event(namespace: str, stream: str, row: tuple[Any, ...]) -> StoredEvent:
-    return StoredEvent.from_row(namespace, stream, row)
+        return await self._db.read(work)
