@@ -4,8 +4,6 @@ pass holding one request, with counts in O(1); it finds what per-request rebuild
 from __future__ import annotations
 
 import asyncio
-import gc
-import tracemalloc
 import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -25,7 +23,6 @@ from contextfold.context import (
     rebuild,
     summary_item,
 )
-from contextfold.context import request as req
 from contextfold.context.rebuild import (
     RequestDrift,
     RequestRecorded,
@@ -269,61 +266,36 @@ async def test_a_verifier_closed_early_closes_its_read() -> None:
             await anext(verifier)
 
 
-def _verify_peak(requests: int) -> int:
-    """Peak traced memory of verifying a compacted session of ``requests`` requests."""
-
-    async def main() -> int:
-        async with cf.open_journal("memory://") as journal:
-            await _session(journal, requests, compact_every=10)
-            gc.collect()
-            tracemalloc.start()
-            try:
-                drifts, summary = await _streamed(journal)
-                _, peak = tracemalloc.get_traced_memory()
-            finally:
-                tracemalloc.stop()
-            assert drifts == [] and summary.requests == requests
-            return peak
-
-    return asyncio.run(main())
-
-
-def test_verify_memory_does_not_grow_with_the_number_of_requests(
+async def test_the_record_and_check_of_a_checked_request_are_released(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Ten times the requests, each as small: the peak stays near that of one tenth (a
-    list of every record, as verify kept before, triples it). The item memos of request
-    building are bounded on their own; small here, so they do not hide the verifier's own."""
-    monkeypatch.setattr(req, "_RENDERED_MAX", 64)
-    monkeypatch.setattr(req, "_RENDERED", type(req._RENDERED)())
-    monkeypatch.setattr(req, "_MESSAGES_MAX", 64)
-    monkeypatch.setattr(req, "_MESSAGES", type(req._MESSAGES)())
-    small, large = _verify_peak(200), _verify_peak(2000)
-    assert large < 2 * small, (small, large)
+    """However many requests, the verifier holds the records and the check (the rebuilt
+    hash) of the latest one only: each is dropped once the next request is read (verify
+    kept every record)."""
+    alive: dict[str, list[weakref.ref[Any]]] = {"_Record": [], "_Check": []}
 
+    def tracked(name: str) -> type:
+        base: Any = getattr(rebuild, name)
 
-async def test_the_record_of_a_checked_request_is_released(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """However many requests, the verifier holds the records of the latest one only: each
-    record it reads is dropped once the next request is read (verify kept every one)."""
-    alive: list[weakref.ref[Any]] = []
+        class Tracked(base):  # type: ignore[misc]  # no slots: it takes weak references
+            def __init__(self, *fields: Any) -> None:
+                super().__init__(*fields)
+                alive[name].append(weakref.ref(self))
 
-    class Tracked(rebuild._Record):  # no slots: it takes weak references
-        def __init__(self, sha256: str, manifest: str | None) -> None:
-            super().__init__(sha256, manifest)
-            alive.append(weakref.ref(self))
+        return Tracked
 
-    monkeypatch.setattr(rebuild, "_Record", Tracked)
-    held = []
+    for name in alive:
+        monkeypatch.setattr(rebuild, name, tracked(name))
+    held: dict[str, list[int]] = {name: [] for name in alive}
 
-    def count() -> None:  # records hold no cycle: a dropped one is gone at once
-        held.append(sum(ref() is not None for ref in alive))
+    def count() -> None:  # neither holds a cycle: a dropped one is gone at once
+        for name, refs in alive.items():
+            held[name].append(sum(ref() is not None for ref in refs))
 
     async with cf.open_journal("memory://") as journal:
         offsets = await _session(journal, 60, compact_every=7)
         await journal.append(STREAM, _record(offsets[-1], WRONG))  # a retry's record
         drifts, summary = await _streamed(_Watching(journal, count))
-    assert len(alive) == 61 and summary.requests == 60
-    assert [d.request_offset for d in drifts] == [offsets[-1]]
-    assert max(held) <= 2, held
+    assert len(alive["_Record"]) == 61 and len(alive["_Check"]) == 60
+    assert summary.requests == 60 and [d.request_offset for d in drifts] == [offsets[-1]]
+    assert max(held["_Record"]) <= 2 and max(held["_Check"]) <= 1, held

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import Field, SerializerFunctionWrapHandler, ValidationError, model_serializer
@@ -252,7 +252,8 @@ class RequestVerifier:
         self._journal = journal
         self._stream = stream
         self._page_size = page_size
-        self._summary = VerifySummary()
+        self._requests = self._records = self._drifts = self._largest = 0
+        self._first: RequestDrift | None = None
         self._context_types = frozenset(AgentContext.event_types)
         self._turn_types = frozenset(Turns.event_types)
         self._run = self._verify()
@@ -260,7 +261,9 @@ class RequestVerifier:
     @property
     def summary(self) -> VerifySummary:
         """The counts so far."""
-        return self._summary
+        return VerifySummary(
+            self._requests, self._records, self._drifts, self._first, self._largest
+        )
 
     def __aiter__(self) -> RequestVerifier:
         return self
@@ -287,14 +290,13 @@ class RequestVerifier:
         return state, turns
 
     def _counted(self, check: _Check) -> None:
-        s = self._summary
-        largest = max(s.largest, check.size)
-        self._summary = replace(s, requests=s.requests + 1, largest=largest)
+        self._requests += 1
+        self._largest = max(self._largest, check.size)
 
     def _found(self, drift: RequestDrift) -> RequestDrift:
-        s = self._summary
-        first = drift if s.first_drift is None else s.first_drift
-        self._summary = replace(s, drifts=s.drifts + 1, first_drift=first)
+        self._drifts += 1
+        if self._first is None:
+            self._first = drift
         return drift
 
     async def _verify(self) -> AsyncGenerator[RequestDrift, None]:
@@ -311,7 +313,7 @@ class RequestVerifier:
                 last = stored.position
                 if stored.type == _RECORD:
                     offset, record = _record(stored)
-                    self._summary = replace(self._summary, records=self._summary.records + 1)
+                    self._records += 1
                     if not _in_order(state.request_offset, stored.position, offset):
                         later.setdefault(offset, {}).setdefault(record, stored.position)
                         continue
