@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,7 +19,7 @@ import anthropic
 import httpx
 import openai
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
@@ -251,6 +251,97 @@ async def test_a_paused_read_holds_until_resumed() -> None:
     assert len((await reading).events) == 1
     await journal.read("s")  # no longer held
     assert len(store.reads) == 2
+
+
+async def test_events_read_counts_what_the_reads_returned_per_stream() -> None:
+    store = testing.RecordingStore()
+    journal = cf.Journal(store)
+    await journal.append("a", [Said(text="1"), Said(text="2"), Said(text="3")])
+    await journal.append("b", Said(text="x"))
+    await journal.read("a", limit=2)
+    await journal.read("a")
+    await journal.read("b")
+    assert (store.events_read("a"), store.events_read("b"), store.events_read()) == (5, 1, 6)
+    await journal.latest("a", [Said])  # not a read
+    assert store.events_read() == 6
+    store.clear()
+    assert store.events_read() == 0
+
+
+async def _texts(journal: cf.Journal, stream: str) -> list[str]:
+    decoded = [event.decode() for event in (await journal.read(stream)).events]
+    return [event.text for event in decoded if isinstance(event, Said)]
+
+
+def _appends_to(stream: str) -> Callable[[testing.StoreCall], bool]:
+    return lambda call: call.method == "append" and call.stream == stream
+
+
+async def test_an_injected_failure_reaches_nothing_and_names_the_call() -> None:
+    store = testing.RecordingStore()
+    journal = cf.Journal(store)
+    store.fail(_appends_to("a"))
+    with pytest.raises(cf.StoreUnavailableError, match="call to append of stream 'a'"):
+        await journal.append("a", Said(text="lost"))
+    await journal.append("b", Said(text="kept"))  # other calls pass
+    assert await store.inner.version("default", "a") == 0
+    (failed, passed) = store.of("append")
+    assert isinstance(failed.error, cf.StoreUnavailableError) and failed.result is None
+    assert passed.error is None
+    with pytest.raises(cf.StoreUnavailableError):
+        await journal.append("a", Said(text="lost again"))  # until told otherwise
+    store.fail(None)
+    await journal.append("a", Said(text="stored"))
+    assert await _texts(journal, "a") == ["stored"]
+
+
+async def test_an_answered_failure_happens_once_and_the_caller_never_hears() -> None:
+    store = testing.RecordingStore()
+    journal = cf.Journal(store)
+    store.fail(_appends_to("a"), answered=True, once=True)
+    with pytest.raises(cf.StoreUnavailableError, match="answer to append of stream 'a'"):
+        await journal.append("a", Said(text="stored"))
+    await journal.append("a", Said(text="next"))
+    assert await _texts(journal, "a") == ["stored", "next"]
+    lost = store.of("append")[0]
+    assert lost.result is not None and isinstance(lost.error, cf.StoreUnavailableError)
+
+
+async def test_a_hook_runs_once_just_before_the_next_call_and_may_use_the_store() -> None:
+    store = testing.RecordingStore()
+    journal = cf.Journal(store)
+    seen: list[str | None] = []
+
+    async def other_writer(call: testing.StoreCall) -> None:
+        seen.append(call.stream)
+        await journal.append("a", Said(text="meanwhile"))  # runs the hook no more
+
+    store.before_next("append", other_writer)
+    await journal.read("a")  # not an append: the hook waits
+    await journal.append("a", Said(text="mine"))
+    await journal.append("a", Said(text="later"))
+    assert seen == ["a"]
+    texts = await _texts(journal, "a")
+    assert texts == ["meanwhile", "mine", "later"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from(["ok", "before", "answered"]))))
+async def test_only_appends_failed_before_the_store_are_missing(
+    plan: list[tuple[str, str]],
+) -> None:
+    store = testing.RecordingStore()
+    journal = cf.Journal(store)
+    for i, (stream, mode) in enumerate(plan):
+        store.fail(None if mode == "ok" else _appends_to(stream), answered=mode == "answered")
+        with contextlib.suppress(cf.StoreUnavailableError):
+            await journal.append(stream, Said(text=str(i)))
+    for stream in "ab":
+        expected = [str(i) for i, (s, mode) in enumerate(plan) if s == stream and mode != "before"]
+        got = await _texts(journal, stream)
+        assert got == expected
+    failed = [call for call in store.of("append") if call.error is not None]
+    assert len(failed) == sum(mode != "ok" for _, mode in plan)
 
 
 # -- clock, ids, journals, envelopes ----------------------------------------------------------

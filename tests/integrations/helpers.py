@@ -8,7 +8,7 @@ import re
 import threading
 import typing
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -90,9 +90,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.usage import RequestUsage
 
-from contextfold.errors import StoreUnavailableError
-from contextfold.events import Event, NewEvent, StoredEvent
-from contextfold.store.base import AppendResult, ReadResult, Store, StreamInfo
+from contextfold.events import Event, StoredEvent
 
 __all__ = [
     "BACKENDS",
@@ -101,9 +99,6 @@ __all__ = [
     "RESPONSE_PARTS",
     "T0",
     "Call",
-    "HookedStore",
-    "ProbeStore",
-    "Read",
     "Received",
     "ResponsesServer",
     "ScriptedModel",
@@ -123,7 +118,7 @@ __all__ = [
 ]
 
 
-# --- journals per backend and a probing store wrapper (ADK and others) ---
+# --- journals per backend ---
 
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -137,103 +132,6 @@ def backend_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'journal.db'}"
     return str(request.getfixturevalue("pg_dsn"))
-
-
-@dataclass(frozen=True)
-class Read:
-    """One read the store answered."""
-
-    stream: str
-    after: str | None
-    types: tuple[str, ...] | None
-    limit: int | None
-    returned: int
-
-
-class ProbeStore(Store):
-    """A real store that records its reads and refuses the appends ``fail`` picks (a crash
-    between two appends, a lost connection)."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.reads: list[Read] = []
-        self.fail: Callable[[str], bool] = lambda stream: False
-
-    def events_read(self, stream: str) -> int:
-        return sum(read.returned for read in self.reads if read.stream == stream)
-
-    async def open(self) -> None:
-        await self.inner.open()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    async def append(
-        self,
-        namespace: str,
-        stream: str,
-        events: Sequence[NewEvent],
-        *,
-        expected_version: int | None,
-        idempotency_key: str | None,
-    ) -> AppendResult:
-        if self.fail(stream):
-            raise StoreUnavailableError(f"injected: the append to {stream!r} failed")
-        return await self.inner.append(
-            namespace,
-            stream,
-            events,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-        )
-
-    async def read(
-        self,
-        namespace: str,
-        stream: str,
-        *,
-        after: str | None,
-        types: Sequence[str] | None,
-        limit: int | None,
-    ) -> ReadResult:
-        result = await self.inner.read(namespace, stream, after=after, types=types, limit=limit)
-        kinds = tuple(types) if types is not None else None
-        self.reads.append(Read(stream, after, kinds, limit, len(result.events)))
-        return result
-
-    async def latest(
-        self,
-        namespace: str,
-        stream: str,
-        types: Sequence[str],
-        *,
-        before: str | None = None,
-        limit: int = 1,
-    ) -> tuple[StoredEvent, ...]:
-        return await self.inner.latest(namespace, stream, types, before=before, limit=limit)
-
-    async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
-        return await self.inner.contains(namespace, stream, cursor)
-
-    async def head(self, namespace: str, stream: str) -> str | None:
-        return await self.inner.head(namespace, stream)
-
-    async def version(self, namespace: str, stream: str) -> int:
-        return await self.inner.version(namespace, stream)
-
-    async def delete_stream(self, namespace: str, stream: str) -> bool:
-        return await self.inner.delete_stream(namespace, stream)
-
-    async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
-    ) -> tuple[StreamInfo, ...]:
-        return await self.inner.list_streams(namespace, prefix=prefix, limit=limit)
-
-    def subscribe(
-        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
-    ) -> AsyncIterator[Any]:  # events, and TailReset where the store yields one
-        return self.inner.subscribe(namespace, stream, after=after, poll_interval=poll_interval)
 
 
 # --- a small real LangGraph agent ---
@@ -397,42 +295,6 @@ class ScriptedModel(Model):
         yield ResponseCompletedEvent(
             type="response.completed", response=response, sequence_number=0
         )
-
-
-class HookedStore(ProbeStore):
-    """A probing store (reads recorded) whose appends can be preceded by another writer's
-    (``before``, called once per append with the events' types) or lose their outcome after
-    committing (``lose``: the append is stored, then the call fails as a lost connection)."""
-
-    def __init__(self, inner: Store) -> None:
-        super().__init__(inner)
-        self.before: Callable[[str, tuple[str, ...]], Awaitable[None]] | None = None
-        self.lose: Callable[[tuple[str, ...]], bool] = lambda types: False
-
-    async def append(
-        self,
-        namespace: str,
-        stream: str,
-        events: Sequence[NewEvent],
-        *,
-        expected_version: int | None,
-        idempotency_key: str | None,
-    ) -> AppendResult:
-        types = tuple(event.type for event in events)
-        hook, self.before = self.before, None
-        if hook is not None:
-            await hook(stream, types)
-        done = await super().append(
-            namespace,
-            stream,
-            events,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-        )
-        if self.lose(types):
-            self.lose = lambda types: False
-            raise StoreUnavailableError(f"injected: the answer to an append to {stream!r} was lost")
-        return done
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from contextfold.journal import Journal, open_journal
 from contextfold.journal.encode import check_stream
 from contextfold.store.memory import MemoryStore
 from contextfold.store.urls import open_store
-from tests.integrations.helpers import BACKENDS, ProbeStore, backend_url
+from contextfold.testing import RecordingStore, StoreCall
+from tests.integrations.helpers import BACKENDS, backend_url
 
 APP = "app"
 
@@ -55,12 +56,16 @@ async def journal(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
 
 @pytest.fixture(params=BACKENDS)
-async def probe(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ProbeStore]:
-    store = ProbeStore(open_store(backend_url(request, tmp_path)))
+async def probe(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RecordingStore]:
+    store = RecordingStore(open_store(backend_url(request, tmp_path)))
     try:
         yield store
     finally:
         await store.close()
+
+
+def _appends(call: StoreCall) -> bool:
+    return call.method == "append"
 
 
 def said(text: str, **fields: Any) -> Event:
@@ -197,7 +202,7 @@ def test_the_stored_payload_is_adk_json_that_validates_to_the_event(appended: li
 
 
 async def test_a_warm_get_session_reads_only_the_events_it_returns() -> None:
-    probe = ProbeStore(MemoryStore())
+    probe = RecordingStore(MemoryStore())
     service = JournalSessionService(Journal(probe))
     session = await service.create_session(app_name=APP, user_id="u", session_id="long")
     stream = session_stream(APP, "u", "long")
@@ -206,26 +211,26 @@ async def test_a_warm_get_session_reads_only_the_events_it_returns() -> None:
     ids = [e.id for e in session.events]
 
     config = GetSessionConfig(num_recent_events=5)
-    probe.reads.clear()
+    probe.clear()
     recent = await service.get_session(app_name=APP, user_id="u", session_id="long", config=config)
     assert recent is not None and [e.id for e in recent.events] == ids[-5:]
     # The fold last read before the last append: it folds that one event, then 5 are loaded.
     assert probe.events_read(stream) == 1 + 5
 
-    probe.reads.clear()
+    probe.clear()
     again = await service.get_session(app_name=APP, user_id="u", session_id="long", config=config)
     assert again is not None and again.events == recent.events
     assert probe.events_read(stream) == 5
     head = await probe.head("default", stream)
-    fold_reads = [r for r in probe.reads if r.stream == stream and r.limit != 5]
+    fold_reads = [r for r in probe.reads if r.stream == stream and r.args["limit"] != 5]
     assert [(r.after, r.returned) for r in fold_reads] == [(head, 0)]  # only what followed
 
-    probe.reads.clear()
+    probe.clear()
     whole = await service.get_session(app_name=APP, user_id="u", session_id="long")
     assert whole is not None and [e.id for e in whole.events] == ids
     assert probe.events_read(stream) == 2000  # what it returns, once
 
-    probe.reads.clear()
+    probe.clear()
     since = await service.get_session(
         app_name=APP, user_id="u", session_id="long", config=GetSessionConfig(after_timestamp=2990)
     )
@@ -234,7 +239,7 @@ async def test_a_warm_get_session_reads_only_the_events_it_returns() -> None:
 
 
 async def test_a_cold_service_builds_the_fold_once_then_reads_warm() -> None:
-    probe = ProbeStore(MemoryStore())
+    probe = RecordingStore(MemoryStore())
     first = JournalSessionService(Journal(probe))
     session = await first.create_session(app_name=APP, user_id="u", session_id="s")
     for i in range(50):
@@ -242,10 +247,10 @@ async def test_a_cold_service_builds_the_fold_once_then_reads_warm() -> None:
     stream = session_stream(APP, "u", "s")
     restarted = JournalSessionService(Journal(probe))  # another process: an empty fold cache
     config = GetSessionConfig(num_recent_events=2)
-    probe.reads.clear()
+    probe.clear()
     await restarted.get_session(app_name=APP, user_id="u", session_id="s", config=config)
     assert probe.events_read(stream) == 51 + 2  # the fold's rebuild, then the two events
-    probe.reads.clear()
+    probe.clear()
     await restarted.get_session(app_name=APP, user_id="u", session_id="s", config=config)
     assert probe.events_read(stream) == 2
 
@@ -391,17 +396,17 @@ async def test_hard_delete_removes_the_stream_and_keeps_shared_state(journal: Jo
 
 
 async def test_a_shared_delta_lost_to_a_failed_append_is_applied_by_the_next_append(
-    probe: ProbeStore,
+    probe: RecordingStore,
 ) -> None:
     service = JournalSessionService(Journal(probe))
     session = await service.create_session(app_name=APP, user_id="u", session_id="s")
     users = user_stream(APP, "u")
-    probe.fail = lambda stream: stream == users
+    probe.fail(lambda call: call.method == "append" and call.stream == users)
     with pytest.raises(StoreUnavailableError):
         await service.append_event(
             session, said("one", actions=EventActions(state_delta={"user:n": 1}))
         )
-    probe.fail = lambda stream: False
+    probe.fail(None)
     assert texts(session.events) == ["one"]  # committed
     assert await service.get_user_state(app_name=APP, user_id="u") == {}
 
@@ -416,11 +421,11 @@ async def test_a_shared_delta_lost_to_a_failed_append_is_applied_by_the_next_app
 
 
 async def test_a_failed_session_append_writes_nothing_and_changes_nothing(
-    probe: ProbeStore,
+    probe: RecordingStore,
 ) -> None:
     service = JournalSessionService(Journal(probe))
     session = await service.create_session(app_name=APP, user_id="u", session_id="s")
-    probe.fail = lambda name: True
+    probe.fail(_appends)
     event = said("lost", actions=EventActions(state_delta={"temp:t": 1, "k": 2}))
     with pytest.raises(StoreUnavailableError):
         await service.append_event(session, event)
@@ -430,7 +435,7 @@ async def test_a_failed_session_append_writes_nothing_and_changes_nothing(
         await service.create_session(app_name=APP, user_id="u", session_id="s2")
     assert session.events == [] and "k" not in session.state and "temp:t" not in session.state
     assert event.actions.state_delta == {"temp:t": 1, "k": 2}
-    probe.fail = lambda name: False
+    probe.fail(None)
     assert await service.get_session(app_name=APP, user_id="u", session_id="s2") is None
     await service.append_event(session, event)  # the service goes on
     got = await service.get_session(app_name=APP, user_id="u", session_id="s")

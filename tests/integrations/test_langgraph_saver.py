@@ -25,7 +25,7 @@ from contextfold.integrations._langgraph_index import (
     ThreadCleared,
 )
 from contextfold.integrations.langgraph import JournalSaver
-from contextfold.store.memory import MemoryStore
+from contextfold.testing import RecordingStore
 
 
 @pytest.fixture
@@ -171,19 +171,8 @@ def test_every_checkpoint_reads_back_the_values_it_was_put_with(
             assert _values(cold, config)["c"] == expected
 
 
-class _CountingStore(MemoryStore):
-    """A memory store counting the events its reads return."""
-
-    events_read = 0
-
-    async def read(self, *args: Any, **kwargs: Any) -> Any:
-        page = await super().read(*args, **kwargs)
-        self.events_read += len(page.events)
-        return page
-
-
 def test_a_warm_get_tuple_reads_the_same_few_records_at_any_history_length() -> None:
-    store = _CountingStore()
+    store = RecordingStore()
     with cf.SyncJournal(cf.Journal(store)) as journal:
         saver = JournalSaver(journal)
         config = None
@@ -194,10 +183,10 @@ def test_a_warm_get_tuple_reads_the_same_few_records_at_any_history_length() -> 
             config = _put(saver, "t", values, versions=versions, parent=config)
             if n in (10, 200):
                 saver.get_tuple({"configurable": {"thread_id": "t"}})  # the fold catches up
-                before = store.events_read
+                before = store.events_read()
                 found = saver.get_tuple({"configurable": {"thread_id": "t"}})
                 assert found is not None and len(found.checkpoint["channel_values"]["m"]) == n
-                read[n] = store.events_read - before
+                read[n] = store.events_read() - before
         assert read[200] == read[10] <= 5, read
 
 

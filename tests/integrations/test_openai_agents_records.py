@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,18 +23,27 @@ from contextfold.integrations.openai_agents import (
 )
 from contextfold.journal import Journal
 from contextfold.store.urls import open_store
-from tests.integrations.helpers import BACKENDS, HookedStore, backend_url, decoded
+from contextfold.testing import RecordingStore, StoreCall
+from tests.integrations.helpers import BACKENDS, backend_url, decoded
 
 
 @pytest.fixture(params=BACKENDS)
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[HookedStore]:
-    probe = HookedStore(open_store(backend_url(request, tmp_path)))
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RecordingStore]:
+    probe = RecordingStore(open_store(backend_url(request, tmp_path)))
     async with Journal(probe):
         yield probe
 
 
+def _appends_of(kind: type[ItemAdded]) -> Callable[[StoreCall], bool]:
+    """An append carrying an event of ``kind``."""
+    return lambda call: (
+        call.method == "append"
+        and any(event.type == kind.event_type for event in call.args["events"])
+    )
+
+
 @pytest.fixture
-def journal(store: HookedStore) -> Journal:
+def journal(store: RecordingStore) -> Journal:
     return Journal(store)
 
 
@@ -129,13 +138,13 @@ async def test_a_token_counter_sizes_the_items(journal: Journal) -> None:
 
 
 async def test_a_warm_read_asks_the_store_for_nothing_it_has_read(
-    journal: Journal, store: HookedStore
+    journal: Journal, store: RecordingStore
 ) -> None:
     session = JournalSession(journal, "warm")
     for turn in range(20):
         await session.add_items([item(role="user", content=f"turn {turn}"), ANSWER])
     await session.get_items(limit=2)
-    store.reads.clear()
+    store.clear()
     assert len(await session.get_items(limit=2)) == 2
     assert store.events_read(session.stream) == 0
     await session.add_items([USER])
@@ -147,7 +156,7 @@ async def test_a_warm_read_asks_the_store_for_nothing_it_has_read(
 
 
 async def test_add_items_is_one_append_of_one_event_per_item(
-    journal: Journal, store: HookedStore
+    journal: Journal, store: RecordingStore
 ) -> None:
     session = JournalSession(journal, "one_append")
     await session.add_items(TURN)
@@ -158,10 +167,10 @@ async def test_add_items_is_one_append_of_one_event_per_item(
 
 
 async def test_a_retry_after_a_lost_outcome_writes_nothing_twice(
-    journal: Journal, store: HookedStore
+    journal: Journal, store: RecordingStore
 ) -> None:
     session = JournalSession(journal, "lost")
-    store.lose = lambda types: ItemAdded.event_type in types
+    store.fail(_appends_of(ItemAdded), answered=True, once=True)
     with pytest.raises(StoreUnavailableError):
         await session.add_items([USER, ANSWER])  # stored, but the caller never heard
     await session.add_items([USER, ANSWER])  # the caller's retry
@@ -171,16 +180,16 @@ async def test_a_retry_after_a_lost_outcome_writes_nothing_twice(
 
 
 async def test_an_add_made_while_another_writer_appends_is_stored_after_it(
-    journal: Journal, store: HookedStore
+    journal: Journal, store: RecordingStore
 ) -> None:
     session = JournalSession(journal, "race")
     other = JournalSession(journal, "race")
     await session.add_items([USER])
 
-    async def sneak(stream: str, types: tuple[str, ...]) -> None:
+    async def sneak(call: StoreCall) -> None:
         await other.add_items([item(role="user", content="meanwhile")])
 
-    store.before = sneak
+    store.before_next("append", sneak)
     await session.add_items([ANSWER])
     assert [it.get("content") for it in await session.get_items()][:2] == [
         USER["content"],  # type: ignore[typeddict-item]
@@ -203,17 +212,17 @@ async def test_pop_appends_a_retraction_and_keeps_the_record(journal: Journal) -
 
 
 async def test_pop_retracts_the_item_that_is_newest_when_it_lands(
-    journal: Journal, store: HookedStore
+    journal: Journal, store: RecordingStore
 ) -> None:
     session = JournalSession(journal, "pop_race")
     other = JournalSession(journal, "pop_race")
     await session.add_items([USER, ANSWER])
     late = item(role="user", content="late")
 
-    async def sneak(stream: str, types: tuple[str, ...]) -> None:
+    async def sneak(call: StoreCall) -> None:
         await other.add_items([late])
 
-    store.before = sneak  # the pop read ANSWER as newest; LATE lands before its append
+    store.before_next("append", sneak)  # the pop read ANSWER as newest; LATE lands first
     assert await session.pop_item() == late
     assert await session.get_items() == [USER, ANSWER]
 

@@ -42,7 +42,7 @@ from contextfold.integrations.pydantic_ai import (
     PydanticAiSentMessage,
 )
 from contextfold.journal import Journal, open_journal
-from contextfold.store.memory import MemoryStore
+from contextfold.testing import RecordingStore
 from tests.integrations.helpers import (
     BACKENDS,
     LEGACY,
@@ -191,15 +191,6 @@ def test_the_sync_methods_work_on_a_sync_journal() -> None:
 # -- what loads cost ---------------------------------------------------------------------------
 
 
-class _CountingStore(MemoryStore):
-    events_read = 0
-
-    async def read(self, *args: Any, **kwargs: Any) -> Any:
-        page = await super().read(*args, **kwargs)
-        self.events_read += len(page.events)
-        return page
-
-
 async def test_a_warm_load_reads_only_new_events_and_decodes_only_what_it_returns(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -211,7 +202,7 @@ async def test_a_warm_load_reads_only_new_events_and_decodes_only_what_it_return
         return real(chunks)
 
     monkeypatch.setattr(_pydantic_ai_history, "_decode", counting)
-    store = _CountingStore()
+    store = RecordingStore()
     async with cf.Journal(store) as journal:
         history = JournalHistory(journal, "chat")
         costs = {}
@@ -219,14 +210,14 @@ async def test_a_warm_load_reads_only_new_events_and_decodes_only_what_it_return
             await history.save(_turn(n))
             if n + 1 in (10, 200):
                 await history.load(budget=60)  # the fold catches up
-                read, decoded[:] = store.events_read, []
+                read, decoded[:] = store.events_read(), []
                 view = await history.load(budget=60)
-                costs[n + 1] = (store.events_read - read, decoded[:], len(view))
+                costs[n + 1] = (store.events_read() - read, decoded[:], len(view))
         assert costs[10] == costs[200] == (0, [5], 5), costs  # pinned prompt + the last turn
         await history.save(_turn(200))
-        read = store.events_read
+        read = store.events_read()
         assert len(await history.load()) == 201 * 4
-        assert store.events_read - read == 4
+        assert store.events_read() - read == 4
 
 
 # -- refusals ----------------------------------------------------------------------------------

@@ -7,7 +7,7 @@
 - :class:`StoreContract` and :class:`TranscriptStoreContract`: the suites every backend
   passes; subclass one and implement ``make_store()`` to run it on yours.
 - :func:`envelope` / :func:`envelopes` for pure use of folds, :class:`RecordingStore` to
-  see what a journal asked of its store.
+  see what a journal asked of its store, and to make its store fail or be overtaken.
 - :class:`ProviderGuard` / :func:`no_real_providers`, and the pytest plugin
   ``contextfold.testing.plugin`` (``pytest_plugins = ["contextfold.testing.plugin"]``):
   a test that would reach a real model provider fails.

@@ -4,17 +4,20 @@ integration asked of its backend, and what it got.
 ``RecordingStore(inner)`` is a complete :class:`~contextfold.store.base.Store` wrapping
 another (a fresh memory store by default). Tests assert on :attr:`RecordingStore.calls`
 ("a warm read asks only for events after its cursor", "a refused argument never reached
-the store"), and :meth:`RecordingStore.pause` holds calls after they were answered, to
-catch a reader between two steps. Subclass it to inject a fault into one method.
+the store", :meth:`RecordingStore.events_read`), :meth:`RecordingStore.pause` holds calls
+after they were answered, to catch a reader between two steps, :meth:`RecordingStore.fail`
+injects a store failure (before the call, or after it committed: a lost answer) and
+:meth:`RecordingStore.before_next` runs a hook (another writer, say) just before a call.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from ..errors import StoreUnavailableError
 from ..events import NewEvent, StoredEvent
 from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset, Wakeups
 from ..store.memory import MemoryStore
@@ -67,6 +70,13 @@ class StoreCall:
         return isinstance(self.result, ReadResult) and self.result.reset
 
 
+@dataclass(frozen=True, slots=True)
+class _Fault:
+    when: Callable[[StoreCall], bool]
+    answered: bool
+    once: bool
+
+
 class RecordingStore(Store):
     """Passes every call to ``inner`` and records it, in order, in :attr:`calls`."""
 
@@ -77,6 +87,8 @@ class RecordingStore(Store):
         self.paused = asyncio.Event()  # set while a paused call waits for resume()
         self._held: frozenset[str] = frozenset()
         self._gate: asyncio.Event | None = None
+        self._fault: _Fault | None = None
+        self._hooks: dict[str, Callable[[StoreCall], Awaitable[None]]] = {}
 
     # -- what the test reads --------------------------------------------------------------
 
@@ -94,9 +106,45 @@ class RecordingStore(Store):
         """The name of every recorded call, in order."""
         return tuple(call.method for call in self.calls)
 
+    def events_read(self, stream: str | None = None) -> int:
+        """How many events the recorded ``read`` calls returned (of ``stream``, or of every
+        stream); :meth:`clear` starts the count again."""
+        return sum(call.returned for call in self.reads if stream in (None, call.stream))
+
     def clear(self) -> None:
         """Forget the calls recorded so far."""
         self.calls.clear()
+
+    # -- what the test injects ------------------------------------------------------------
+
+    def fail(
+        self,
+        when: Callable[[StoreCall], bool] | None,
+        *,
+        answered: bool = False,
+        once: bool = False,
+    ) -> None:
+        """From now on, a call for which ``when(call)`` is true (``call`` has the method and
+        arguments, no result) raises :class:`~contextfold.errors.StoreUnavailableError`:
+        before it reaches the inner store (nothing happens), or with ``answered`` after the
+        inner store answered (it happened; the caller never heard). With ``once`` only the
+        first such call fails; ``fail(None)`` fails nothing more. ``subscribe`` never fails."""
+        self._fault = None if when is None else _Fault(when, answered, once)
+
+    def before_next(self, method: str, hook: Callable[[StoreCall], Awaitable[None]]) -> None:
+        """Await ``hook(call)`` once, just before the next call of ``method`` reaches the
+        inner store (the hook may use this store: its own calls run it no more)."""
+        self._hooks[method] = hook
+
+    def _injected(self, call: StoreCall, *, answered: bool) -> StoreUnavailableError | None:
+        fault = self._fault
+        if fault is None or fault.answered is not answered or not fault.when(call):
+            return None
+        if fault.once:
+            self._fault = None
+        what = "the answer to" if answered else "the call to"
+        where = "" if call.stream is None else f" of stream {call.stream!r}"
+        return StoreUnavailableError(f"injected: {what} {call.method}{where} was lost")
 
     def pause(self, *methods: str) -> None:
         """From now on, hold each call of ``methods`` after the inner store answered it
@@ -112,12 +160,23 @@ class RecordingStore(Store):
         self._gate = None
         self._held = frozenset()
 
-    async def _record(self, method: str, args: dict[str, Any], call: Awaitable[T]) -> T:
+    async def _record(
+        self, method: str, args: dict[str, Any], call: Callable[[], Awaitable[T]]
+    ) -> T:
+        asked = StoreCall(method, args)
+        hook = self._hooks.pop(method, None)
+        if hook is not None:
+            await hook(asked)
         try:
-            result = await call
+            if (injected := self._injected(asked, answered=False)) is not None:
+                raise injected
+            result = await call()
         except BaseException as exc:
             self.calls.append(StoreCall(method, args, error=exc))
             raise
+        if (injected := self._injected(asked, answered=True)) is not None:
+            self.calls.append(StoreCall(method, args, result, injected))
+            raise injected
         self.calls.append(StoreCall(method, args, result))
         gate = self._gate
         if gate is not None and method in self._held:
@@ -128,10 +187,10 @@ class RecordingStore(Store):
     # -- the Store interface --------------------------------------------------------------
 
     async def open(self) -> None:
-        await self._record("open", {}, self.inner.open())
+        await self._record("open", {}, self.inner.open)
 
     async def close(self) -> None:
-        await self._record("close", {}, self.inner.close())
+        await self._record("close", {}, self.inner.close)
 
     async def append(
         self,
@@ -152,7 +211,7 @@ class RecordingStore(Store):
         return await self._record(
             "append",
             args,
-            self.inner.append(
+            lambda: self.inner.append(
                 namespace,
                 stream,
                 events,
@@ -178,7 +237,9 @@ class RecordingStore(Store):
             "limit": limit,
         }
         return await self._record(
-            "read", args, self.inner.read(namespace, stream, after=after, types=types, limit=limit)
+            "read",
+            args,
+            lambda: self.inner.read(namespace, stream, after=after, types=types, limit=limit),
         )
 
     async def latest(
@@ -198,25 +259,29 @@ class RecordingStore(Store):
             "limit": limit,
         }
         return await self._record(
-            "latest", args, self.inner.latest(namespace, stream, types, before=before, limit=limit)
+            "latest",
+            args,
+            lambda: self.inner.latest(namespace, stream, types, before=before, limit=limit),
         )
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         args = {"namespace": namespace, "stream": stream, "cursor": cursor}
-        return await self._record("contains", args, self.inner.contains(namespace, stream, cursor))
+        return await self._record(
+            "contains", args, lambda: self.inner.contains(namespace, stream, cursor)
+        )
 
     async def head(self, namespace: str, stream: str) -> str | None:
         args = {"namespace": namespace, "stream": stream}
-        return await self._record("head", args, self.inner.head(namespace, stream))
+        return await self._record("head", args, lambda: self.inner.head(namespace, stream))
 
     async def version(self, namespace: str, stream: str) -> int:
         args = {"namespace": namespace, "stream": stream}
-        return await self._record("version", args, self.inner.version(namespace, stream))
+        return await self._record("version", args, lambda: self.inner.version(namespace, stream))
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         args = {"namespace": namespace, "stream": stream}
         return await self._record(
-            "delete_stream", args, self.inner.delete_stream(namespace, stream)
+            "delete_stream", args, lambda: self.inner.delete_stream(namespace, stream)
         )
 
     async def list_streams(
@@ -224,7 +289,9 @@ class RecordingStore(Store):
     ) -> tuple[StreamInfo, ...]:
         args = {"namespace": namespace, "prefix": prefix, "limit": limit}
         return await self._record(
-            "list_streams", args, self.inner.list_streams(namespace, prefix=prefix, limit=limit)
+            "list_streams",
+            args,
+            lambda: self.inner.list_streams(namespace, prefix=prefix, limit=limit),
         )
 
     @property
