@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -352,26 +350,18 @@ def register_renderer(transport: Transport, renderer: Renderer) -> None:
     _RENDERERS[transport] = renderer
 
 
-# Rendered bodies by (transport, request): the agent measures a request before sending the
-# equal one, so it is assembled, serialized, checked and hashed once. Requests are frozen
-# and compare by value; a few entries cover the requests in flight.
-# The temperature's repr is in the key: -0.0 == 0.0 and 1 == 1.0, but their bytes differ.
-_BODIES: OrderedDict[tuple[str, NeutralRequest, str], RenderedRequest] = OrderedDict()
-_BODIES_MAX = 8
-
-
 def render_request(request: NeutralRequest, transport: Transport) -> RenderedRequest:
-    """Render ``request`` for ``transport``. Pure: equal requests give equal bytes (the
-    latest few are memoized: an equal request is not rendered again).
+    """Render ``request`` for ``transport``, its body hashed. Pure: equal requests give equal
+    bytes (a renderer reuses what it serialized of an earlier request: ``render.assembly``).
 
     Raises RenderError when the transport is unknown or the request cannot be sent on it.
     """
-    key = (transport, request, repr(request.temperature))
-    found = _BODIES.get(key)
-    if found is not None:
-        with suppress(KeyError):  # evicted meanwhile by another thread: still the body
-            _BODIES.move_to_end(key)
-        return found
+    return RenderedRequest(transport=transport, body=render_body(request, transport))
+
+
+def render_body(request: NeutralRequest, transport: Transport) -> bytes:
+    """The exact body bytes of ``request`` for ``transport`` (not hashed: a measure of a
+    request costs no digest). Raises as :func:`render_request`."""
     renderer = _RENDERERS.get(transport)
     if renderer is None:
         raise RenderError(
@@ -381,11 +371,7 @@ def render_request(request: NeutralRequest, transport: Transport) -> RenderedReq
     # Insertion order, not sorted keys: each transport builds its body in the provider's
     # read order with the history last, so consecutive requests share a byte prefix as
     # long as their content does. Building is pure, so this is as deterministic as sorting.
-    rendered = RenderedRequest(transport=transport, body=_encode(renderer(request), transport))
-    _BODIES[key] = rendered
-    if len(_BODIES) > _BODIES_MAX:
-        _BODIES.popitem(last=False)
-    return rendered
+    return _encode(renderer(request), transport)
 
 
 def _encode(body: dict[str, Any], transport: Transport) -> bytes:
@@ -396,7 +382,7 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
     try:
         data = orjson.dumps(body)
         if b"null" in data:
-            json.dumps(body, allow_nan=False, check_circular=False)
+            json.dumps(body, allow_nan=False, check_circular=False, default=_made_by_orjson)
     except (TypeError, ValueError) as exc:
         try:
             check_json_value(body, where=where)  # names the field at fault
@@ -406,6 +392,9 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
     return data
 
 
-def render_body(request: NeutralRequest, transport: Transport) -> bytes:
-    """The exact body bytes of ``request`` for ``transport``."""
-    return render_request(request, transport).body
+def _made_by_orjson(value: Any) -> None:
+    """A renderer's pre-serialized part (``orjson.Fragment``) holds strings only, checked as
+    orjson wrote them: no float in it can be non-finite. Anything else is not JSON."""
+    if isinstance(value, orjson.Fragment):
+        return None
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")

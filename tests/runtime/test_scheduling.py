@@ -491,7 +491,12 @@ async def test_the_interrupt_watcher_tails_from_the_request_at_a_modest_poll(
     journal.subscribe = spy  # type: ignore[method-assign,assignment]
     answers: Iterator[ModelError | str] = iter([ModelError("provider down"), "ok"])
 
-    def model(request: NeutralRequest) -> str:
+    async def model(request: NeutralRequest) -> str:
+        seen = len(tails)
+        for _ in range(1000):  # in flight until it is watched (an instant answer is not)
+            if len(tails) > seen:
+                break
+            await asyncio.sleep(0)
         answer = next(answers)
         if isinstance(answer, Exception):
             raise answer

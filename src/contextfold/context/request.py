@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from contextlib import suppress
@@ -325,7 +326,7 @@ its tool calls, ``unverified`` one with its calls as text."""
 
 # Item messages by (id(item), how it is sent, content_limit), like the rendered texts: each
 # entry holds its item, so an id is never reused while cached. Equal requests then share
-# their message objects, and comparing them (the body memo) costs little.
+# their message objects, and comparing them (``render.assembly``) costs little.
 _MESSAGES: OrderedDict[tuple[int, str, int | None], tuple[ContextItem, NeutralMessage]] = (
     OrderedDict()
 )
@@ -362,6 +363,65 @@ def _item_message(item: ContextItem, sent: _Sent, content_limit: int | None) -> 
     return NeutralMessage(role=sent, content=text)
 
 
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """History messages built for ``items``, with the pairing's state after the last one."""
+
+    items: tuple[ContextItem, ...]
+    messages: tuple[NeutralMessage, ...]
+    calls: frozenset[str]
+    answered: frozenset[str]
+
+
+# The newest history messages built from each first item, by (developer role, trusted
+# types, content_limit, id(first item)). Pairing is prefix-stable, so a history extending a
+# built one only builds its new items: a request costs what is new in it. Each entry holds
+# its items, so an id is never reused while cached; the entries hold at most
+# ``_MESSAGES_MAX`` messages in all, as many as the message memo.
+_BUILT: OrderedDict[tuple[bool, tuple[str, ...], int | None, int], _Built] = OrderedDict()
+_BUILT_LOCK = threading.Lock()
+_built_messages = 0
+
+
+def _history_messages(
+    history: tuple[ContextItem, ...], developer: bool, trusted: tuple[str, ...], limit: int | None
+) -> tuple[NeutralMessage, ...]:
+    """The messages of ``history``, one per item in order (memoized, see ``_BUILT``)."""
+    if not history:
+        return ()
+    key = (developer, trusted, limit, id(history[0]))
+    found = _BUILT.get(key)
+    pairing = _Pairing(limit)
+    start = 0
+    messages: tuple[NeutralMessage, ...] = ()
+    if found is not None and found.items[0] is history[0] and len(found.items) <= len(history):
+        done = len(found.items)
+        # Identical items compare by identity: a C loop, no item is compared field by field.
+        if history[:done] == found.items:
+            if done == len(history):
+                with _BUILT_LOCK, suppress(KeyError):  # evicted meanwhile by another thread
+                    _BUILT.move_to_end(key)
+                return found.messages
+            start, messages = done, found.messages
+            pairing.calls, pairing.answered = set(found.calls), set(found.answered)
+    added = tuple(
+        pairing.message(item, wire_role(item, developer, trusted)) for item in history[start:]
+    )
+    built = _Built(history, messages + added, frozenset(pairing.calls), frozenset(pairing.answered))
+    _keep_built(key, built)
+    return built.messages
+
+
+def _keep_built(key: tuple[bool, tuple[str, ...], int | None, int], built: _Built) -> None:
+    global _built_messages
+    with _BUILT_LOCK:
+        replaced = _BUILT.pop(key, None)
+        _built_messages += len(built.messages) - (len(replaced.messages) if replaced else 0)
+        _BUILT[key] = built
+        while _built_messages > _MESSAGES_MAX and _BUILT:
+            _built_messages -= len(_BUILT.popitem(last=False)[1].messages)
+
+
 def _lane_message(item: ContextItem, role: Role, content_limit: int | None) -> NeutralMessage:
     if role == "tool":  # a lane item answers no call: refused as a tool message without one
         return NeutralMessage(role="tool", content=render_item(item, content_limit=content_limit))
@@ -373,20 +433,41 @@ def _with_breakpoint(messages: list[NeutralMessage]) -> None:
         messages[-1] = replace(messages[-1], cache_breakpoint=True)
 
 
+# The newest offset and the newest compaction's offset of each recent history, by id: a
+# request through the newest request keeps its whole history without walking it.
+_SPANS: OrderedDict[int, tuple[tuple[ContextItem, ...], int, int]] = OrderedDict()
+_SPANS_MAX = 64
+
+
+def _span(history: tuple[ContextItem, ...]) -> tuple[int, int]:
+    """(newest offset, newest compaction offset) of ``history``, 0 when none (memoized)."""
+    key = id(history)
+    found = _SPANS.get(key)
+    if found is not None and found[0] is history:
+        return found[1], found[2]
+    newest = max((item.offset for item in history), default=0)
+    compacted = max((item.offset for item in history if item.compaction is not None), default=0)
+    _SPANS[key] = (history, newest, compacted)
+    if len(_SPANS) > _SPANS_MAX:
+        _SPANS.popitem(last=False)
+    return newest, compacted
+
+
 def _select(
     state: AgentContextState, through: int | None
 ) -> tuple[tuple[ContextItem, ...], tuple[ContextItem, ...]]:
     if through is None:
         return state.system, state.history
-    if any(item.compaction is not None and item.offset > through for item in state.history):
+    newest, compacted = _span(state.history)
+    if compacted > through:
         raise RenderError(
             f"a compaction after @{through} removed items request @{through} saw; "
             f"fold the journal through @{through} to rebuild it"
         )
-    return (
-        tuple(item for item in state.system if item.offset <= through),
-        tuple(item for item in state.history if item.offset <= through),
-    )
+    history = state.history
+    if newest > through:
+        history = tuple(item for item in history if item.offset <= through)
+    return tuple(item for item in state.system if item.offset <= through), history
 
 
 def build_request(
@@ -444,9 +525,7 @@ def build_request(
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
 
-    pairing = _Pairing(limit)
-    items = [*downgraded]
-    items.extend(pairing.message(item, wire_role(item, developer, trusted)) for item in history)
+    items = [*downgraded, *_history_messages(history, developer, trusted, limit)]
     _with_breakpoint(items)
     messages.extend(items)
     if timestamp is not None:

@@ -18,18 +18,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from .assembly import Unassembled, assemble
 from .pairing import order_tool_results
 
 __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_chat"]
 
 
 def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
-    """The Chat Completions body as a fresh dict. Raises RenderError on bad tool pairing."""
-    messages: list[dict[str, Any]] = []
-    if request.system:
-        messages.append({"role": "system", "content": request.system})
-    messages.extend(_message(m) for m in order_tool_results(request.messages))
+    """The Chat Completions body as a fresh dict, its ``messages`` array pre-serialized (an
+    ``orjson.Fragment`` assembled from what is new, see ``assembly``). Raises RenderError on
+    bad tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.tools:
         body["tools"] = [
@@ -54,8 +55,25 @@ def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
         # Usage arrives only on request when streaming; compaction needs it.
         body["stream_options"] = {"include_usage": True}
     # The growing history goes last, after everything that stays the same across requests.
-    body["messages"] = messages
+    body["messages"] = _messages(request)
     return body
+
+
+def _messages(request: NeutralRequest) -> Any:
+    """The messages array: assembled, or plain dicts when it cannot be (then the plain path
+    raises the error: broken pairing here, a value that is not JSON when it is encoded)."""
+    leading = [{"role": "system", "content": request.system}] if request.system else []
+    if request.messages:
+        try:
+            lead = tuple(orjson.dumps(m) for m in leading)
+            return assemble("openai-chat", request.messages, _units, lead)
+        except (Unassembled, TypeError):
+            pass
+    return [*leading, *(_message(m) for m in order_tool_results(request.messages))]
+
+
+def _units(message: NeutralMessage) -> tuple[bytes, ...]:
+    return (orjson.dumps(_message(message)),)
 
 
 def _message(message: NeutralMessage) -> dict[str, Any]:

@@ -20,17 +20,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
+
 from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from .assembly import Unassembled, assemble
 from .pairing import order_tool_results
 
 __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_responses"]
 
 
 def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
-    """The Responses body as a fresh dict. Raises RenderError on bad tool pairing."""
-    items: list[dict[str, Any]] = []
-    for message in order_tool_results(request.messages):
-        items.extend(_items(message))
+    """The Responses body as a fresh dict, its ``input`` array pre-serialized (an
+    ``orjson.Fragment`` assembled from what is new, see ``assembly``). Raises RenderError on
+    bad tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.system:
         body["instructions"] = request.system
@@ -52,8 +54,23 @@ def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
     if request.stream:
         body["stream"] = True
     # The growing history goes last, after everything that stays the same across requests.
-    body["input"] = items
+    body["input"] = _input(request)
     return body
+
+
+def _input(request: NeutralRequest) -> Any:
+    """The input array: assembled, or plain dicts when it cannot be (then the plain path
+    raises the error: broken pairing here, a value that is not JSON when it is encoded)."""
+    if request.messages:
+        try:
+            return assemble("openai-responses", request.messages, _units)
+        except (Unassembled, TypeError):
+            pass
+    return [item for message in order_tool_results(request.messages) for item in _items(message)]
+
+
+def _units(message: NeutralMessage) -> tuple[bytes, ...]:
+    return tuple(orjson.dumps(item) for item in _items(message))
 
 
 def _items(message: NeutralMessage) -> Iterator[dict[str, Any]]:

@@ -176,7 +176,7 @@ class TurnSteps(CompactionSteps):
         self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
         answered, tailing = asyncio.Event(), asyncio.Event()
-        watch = asyncio.create_task(self._watch_interrupts(offset, answered, tailing))
+        watch = asyncio.create_task(self._watch_interrupts(offset, answered, tailing, call))
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # a cancel of the agent: its caller tells the observers
@@ -205,10 +205,17 @@ class TurnSteps(CompactionSteps):
         return None
 
     async def _watch_interrupts(
-        self, offset: int, answered: asyncio.Event, tailing: asyncio.Event
+        self,
+        offset: int,
+        answered: asyncio.Event,
+        tailing: asyncio.Event,
+        call: asyncio.Task[Any],
     ) -> int | None:
         """Return the offset of the first ``interrupt`` item appended after request @offset,
-        or None when ``answered`` is set before its tail starts (``tailing``)."""
+        or None when ``answered`` is set before its tail starts (``tailing``), or the model
+        ``call`` ended before the watch began (an instant answer: nothing is read)."""
+        if call.done():
+            return None
         # Start the tail at the request, never by reading the stream from its start. When a
         # newer request has superseded @offset, only items from now on can interrupt it.
         cancel = CancelWatch()  # a cancel the connection pool swallowed still ends the watch

@@ -1,0 +1,185 @@
+"""Assembling a body's message array from what is new: the serialized messages of a recent
+request that this one begins with are reused, so a request costs its new messages plus a
+copy of bytes, not a walk of its whole history.
+
+A transport renders each message on its own into JSON units (one or more array elements,
+``encode``), in the order of ``pairing.order_tool_results``: every result directly after
+its call. A *closed* prefix of the messages (every call in it answered in it) is ordered
+the same way inside any longer request, so its units are a prefix of the longer request's
+units. :func:`assemble` finds the newest request assembled from the same first messages,
+takes the longest closed prefix the two share, and orders and encodes only what follows;
+pairing is checked for the new messages against the calls of the prefix. Whatever it
+cannot do that way (broken pairing, a value orjson refuses) it leaves to the transport's
+plain path, which raises the one error for it: :class:`Unassembled`.
+
+Pure: equal messages give equal bytes, whatever was assembled before.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from ..wire import NeutralMessage
+
+__all__ = ["Encode", "Unassembled", "assemble"]
+
+Encode = Callable[[NeutralMessage], tuple[bytes, ...]]
+"""A transport's units of one message: compact JSON array elements, in wire order."""
+
+
+class Unassembled(Exception):
+    """The messages need the transport's plain path (which raises the error they make)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Assembled:
+    messages: tuple[NeutralMessage, ...]
+    units: tuple[bytes, ...]
+    """Every unit of ``messages``, in wire order."""
+    closed: tuple[int, ...]
+    """Lengths of the closed prefixes of ``messages``, ascending (0 first)."""
+    closed_units: tuple[int, ...]
+    """How many units each closed prefix has."""
+    call_at: dict[str, int]
+    """Index of the message making each call (read only)."""
+    size: int
+
+
+# The newest assembly by (transport, first two messages); bounded in entries and bytes.
+_RECENT: OrderedDict[tuple[str, NeutralMessage, NeutralMessage], _Assembled] = OrderedDict()
+_RECENT_MAX = 64
+_RECENT_BYTES = 32 * 1024 * 1024
+_LOCK = threading.Lock()
+_held = 0
+
+
+def assemble(
+    transport: str,
+    messages: tuple[NeutralMessage, ...],
+    encode: Encode,
+    lead: tuple[bytes, ...] = (),
+) -> orjson.Fragment:
+    """The JSON array of ``lead`` (units before the messages) and the units of ``messages``
+    in wire order, to embed in a body as it is.
+
+    Raises Unassembled when pairing is broken or a unit does not encode; the transport then
+    renders plainly and raises its error there.
+    """
+    key = (transport, messages[0], messages[1]) if len(messages) >= 2 else None
+    base = _RECENT.get(key) if key is not None else None
+    start = 0
+    closed: tuple[int, ...] = (0,)
+    closed_units: tuple[int, ...] = (0,)
+    units: tuple[bytes, ...] = ()
+    call_at: dict[str, int] = {}
+    if base is not None:
+        at = bisect_right(base.closed, _common_prefix(messages, base.messages)) - 1
+        start = base.closed[at]
+        closed, closed_units = base.closed[: at + 1], base.closed_units[: at + 1]
+        units = base.units[: closed_units[-1]]
+        call_at = {call: index for call, index in base.call_at.items() if index < start}
+    added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
+    units += added
+    if key is not None:
+        size = sum(map(len, units))
+        entry = _Assembled(
+            messages, units, closed + more_closed, closed_units + more_units, call_at, size
+        )
+        _keep(key, entry)
+    return _array((*lead, *units))
+
+
+def _order(
+    messages: tuple[NeutralMessage, ...],
+    start: int,
+    call_at: dict[str, int],
+    encode: Encode,
+    units_before: int,
+) -> tuple[tuple[bytes, ...], tuple[int, ...], tuple[int, ...]]:
+    """Units of ``messages[start:]`` in wire order, given that ``messages[:start]`` is closed
+    with the calls ``call_at`` (extended in place), and the closed prefixes after ``start``
+    with their unit counts. Raises Unassembled on any pairing fault."""
+    for index in range(start, len(messages)):
+        for call in messages[index].tool_calls:
+            if call.id in call_at:
+                raise Unassembled
+            call_at[call.id] = index
+    results: dict[int, list[int]] = {}
+    answered: set[str] = set()
+    encoded: list[tuple[bytes, ...]] = []
+    closed: list[int] = []
+    closed_units: list[int] = []
+    open_calls = 0
+    count = units_before
+    for index in range(start, len(messages)):
+        message = messages[index]
+        try:
+            own = encode(message)
+        except (TypeError, ValueError) as exc:  # orjson refuses it: named by the plain path
+            raise Unassembled from exc
+        encoded.append(own)
+        count += len(own)
+        open_calls += len(message.tool_calls)
+        if message.role == "tool":
+            call_id = message.tool_call_id
+            made = call_at.get(call_id) if call_id is not None else None
+            if made is None or made < start or made > index or call_id in answered:
+                raise Unassembled  # answers nothing earlier, or a call answered already
+            assert call_id is not None
+            answered.add(call_id)
+            results.setdefault(made, []).append(index)
+            open_calls -= 1
+        if open_calls == 0:
+            closed.append(index + 1)
+            closed_units.append(count)
+    if open_calls:
+        raise Unassembled  # a call without its result
+    ordered: list[bytes] = []
+    for index in range(start, len(messages)):
+        if messages[index].role == "tool":
+            continue
+        ordered.extend(encoded[index - start])
+        for result in results.get(index, ()):
+            ordered.extend(encoded[result - start])
+    return tuple(ordered), tuple(closed), tuple(closed_units)
+
+
+def _common_prefix(a: tuple[NeutralMessage, ...], b: tuple[NeutralMessage, ...]) -> int:
+    """The length of the longest common prefix (slices compare in C, identical messages by
+    identity), found by halving."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    low, high = 0, n  # a[:low] == b[:low]; they differ before high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[low:mid] == b[low:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _keep(key: tuple[str, NeutralMessage, NeutralMessage], assembled: _Assembled) -> None:
+    global _held
+    with _LOCK:
+        replaced = _RECENT.pop(key, None)
+        _held += assembled.size - (replaced.size if replaced is not None else 0)
+        _RECENT[key] = assembled
+        while _RECENT and (len(_RECENT) > _RECENT_MAX or _held > _RECENT_BYTES):
+            _held -= _RECENT.popitem(last=False)[1].size
+
+
+def _array(units: tuple[bytes, ...]) -> orjson.Fragment:
+    """``[unit,unit,...]`` in one copy of the units' bytes."""
+    if not units:
+        return orjson.Fragment(b"[]")
+    if len(units) == 1:
+        return orjson.Fragment(b"[" + units[0] + b"]")
+    return orjson.Fragment(b",".join((b"[" + units[0], *units[1:-1], units[-1] + b"]")))

@@ -1,0 +1,139 @@
+"""Bodies assembled from what is new equal bodies rendered from nothing, byte for byte, for
+any sequence of requests (growing histories, broken pairing, calls answered late or never,
+repeated ids, other requests in between); broken requests raise the plain path's error;
+a request extending an earlier one serializes only its new messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import contextfold.render  # noqa: F401  (registers the built-in renderers)
+from contextfold import wire
+from contextfold.errors import RenderError
+from contextfold.render import assembly, openai_chat, openai_responses
+from contextfold.render.pairing import order_tool_results
+from contextfold.wire import ImagePart, NeutralMessage, NeutralRequest, ToolCall, Transport
+
+TRANSPORTS: tuple[Transport, ...] = ("openai-chat", "openai-responses")
+IMAGE = ImagePart(media_type="image/png", url="https://example.com/cat.png")
+
+
+def plain(request: NeutralRequest, transport: Transport) -> bytes:
+    """The body as the renderers built it before assembly: every message, every time."""
+    ordered = order_tool_results(request.messages)
+    body = wire._RENDERERS[transport](request)
+    if transport == "openai-chat":
+        lead = [{"role": "system", "content": request.system}] if request.system else []
+        body["messages"] = [*lead, *(openai_chat._message(m) for m in ordered)]
+    else:
+        body["input"] = [item for m in ordered for item in openai_responses._items(m)]
+    return orjson.dumps(body)
+
+
+def outcome(render: Any, request: NeutralRequest, transport: Transport) -> bytes | str:
+    try:
+        return bytes(render(request, transport))
+    except RenderError as exc:
+        return f"RenderError: {exc}"
+
+
+message = st.one_of(
+    st.builds(
+        NeutralMessage,
+        role=st.sampled_from(["user", "developer", "system"]),
+        content=st.text(max_size=20),
+        cache_breakpoint=st.booleans(),
+    ),
+    st.builds(
+        lambda text, ids: NeutralMessage(
+            role="assistant", content=text, tool_calls=tuple(ToolCall(id=i, name="t") for i in ids)
+        ),
+        st.text(max_size=10),
+        st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=2),
+    ),
+    st.builds(
+        lambda call_id, text: NeutralMessage(role="tool", content=text, tool_call_id=call_id),
+        st.sampled_from(["a", "b", "c", "d", "zz"]),
+        st.text(max_size=10),
+    ),
+    st.just(NeutralMessage(role="user", content="look", images=(IMAGE,))),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    history=st.lists(message, max_size=24),
+    cuts=st.lists(st.integers(min_value=0, max_value=24), min_size=1, max_size=6),
+    other=st.lists(message, max_size=6),
+    transport=st.sampled_from(TRANSPORTS),
+)
+def test_assembled_bodies_equal_bodies_rendered_from_nothing(
+    history: list[NeutralMessage],
+    cuts: list[int],
+    other: list[NeutralMessage],
+    transport: Transport,
+) -> None:
+    head = NeutralMessage(role="system", content="prompt")
+    for n, cut in enumerate(sorted(cuts)):
+        tail = NeutralMessage(role="user", content=f"time {n}", cache_breakpoint=True)
+        messages = (head, *history[:cut], tail)
+        request = NeutralRequest(model="m", system="protocol", messages=messages, max_tokens=9)
+        assert outcome(wire.render_body, request, transport) == outcome(plain, request, transport)
+        unrelated = NeutralRequest(model="m", system="", messages=(head, *other, tail))
+        assert outcome(wire.render_body, unrelated, transport) == outcome(
+            plain, unrelated, transport
+        )
+
+
+def _conversation(turns: int) -> tuple[NeutralMessage, ...]:
+    found: list[NeutralMessage] = [NeutralMessage(role="system", content="prompt")]
+    for n in range(turns):
+        found.append(NeutralMessage(role="user", content=f"question {n}"))
+        calls = (ToolCall(id=f"c{n}", name="read", arguments='{"path": "a"}'),)
+        found.append(NeutralMessage(role="assistant", content="", tool_calls=calls))
+        found.append(NeutralMessage(role="tool", content="x" * 100, tool_call_id=f"c{n}"))
+        found.append(NeutralMessage(role="assistant", content=f"answer {n}"))
+    return tuple(found)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_longer_request_serializes_only_its_new_messages(
+    transport: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    history = _conversation(40)
+    tail = NeutralMessage(role="user", content="now", cache_breakpoint=True)
+    first = NeutralRequest(model="m", system="protocol", messages=(*history, tail))
+    wire.render_body(first, transport)
+    encoded: list[NeutralMessage] = []
+    module = openai_chat if transport == "openai-chat" else openai_responses
+    units: assembly.Encode = module._units
+
+    def counting(message: NeutralMessage) -> tuple[bytes, ...]:
+        encoded.append(message)
+        return units(message)
+
+    monkeypatch.setattr(module, "_units", counting)
+    more = NeutralMessage(role="user", content="one more")
+    second = NeutralRequest(model="m", system="protocol", messages=(*history, more, tail))
+    body = wire.render_body(second, transport)
+    assert encoded == [more, tail]  # the 161 messages before were serialized once, before
+    assert body == plain(second, transport)
+
+
+def test_the_assemblies_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(assembly, "_RECENT_MAX", 3)
+    monkeypatch.setattr(assembly, "_RECENT", type(assembly._RECENT)())
+    monkeypatch.setattr(assembly, "_held", 0)
+    for n in range(10):
+        messages = (NeutralMessage(role="user", content=f"stream {n}"), *_conversation(2)[1:])
+        wire.render_body(NeutralRequest(model="m", system="", messages=messages), "openai-chat")
+    assert len(assembly._RECENT) == 3
+    assert assembly._held == sum(entry.size for entry in assembly._RECENT.values())
+    monkeypatch.setattr(assembly, "_RECENT_BYTES", 1)  # one body is over it: none is kept
+    wire.render_body(NeutralRequest(model="m", system="", messages=_conversation(3)), "openai-chat")
+    assert len(assembly._RECENT) == 0 and assembly._held == 0
