@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import contextfold as cf
 from contextfold.errors import StoreError
 from contextfold.journal import Journal
+from contextfold.store import _sqlite_thread
 from contextfold.store._sqlite_thread import SQLiteThread
 from contextfold.store.base import ReadResult
 from contextfold.store.sqlite import SQLiteStore
@@ -164,3 +165,58 @@ async def _on_worker(store: SQLiteStore, cursor: str | None) -> ReadResult:
         return await store.read("default", "s", after=cursor, types=None, limit=None)
     finally:
         store._db._read_here = here  # type: ignore[method-assign]
+
+
+async def test_the_connection_rests_without_waits_and_the_worker_checkpoints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteStore(tmp_path / "journal.db", busy_timeout=7.0)
+    journal = Journal(store)
+    db = store._db
+    try:
+        await journal.append("a", cf.RawEvent("note", {"i": 0}))  # connects on the worker
+
+        def settings(conn: sqlite3.Connection) -> tuple[int, int]:
+            busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            return busy, conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+
+        assert await db.read(settings) == (0, 0)  # on this thread: nothing waits
+        assert await db.run(settings) == (7000, 1000)  # a worker job may wait and checkpoint
+        assert await db.read(settings) == (0, 0)  # and the connection rests again after it
+        checkpoints: list[str] = []
+        checkpoint = db._checkpoint
+
+        def counting() -> None:
+            checkpoints.append(threading.current_thread().name)
+            checkpoint()
+
+        monkeypatch.setattr(db, "_checkpoint", counting)
+        every = _sqlite_thread._CHECKPOINT_EVERY
+        for i in range(4 * every):  # most run here (one meeting a checkpoint job does not)
+            await journal.append("a", cf.RawEvent("note", {"i": i}))
+            if db._inline_commits == 2 * every:
+                break
+        assert db._inline_commits == 2 * every
+        await until(lambda: len(checkpoints) == 2)
+        assert all(name.startswith("contextfold-sqlite") for name in checkpoints)
+    finally:
+        await journal.close()
+
+
+async def test_a_checkpoint_leaves_the_connection_to_the_callers_thread(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    store = SQLiteStore(path)
+    journal = Journal(store)
+    db = store._db
+    try:
+        for i in range(20):
+            await journal.append("a", cf.RawEvent("note", {"i": i}))
+        before = path.stat().st_size  # what the appends wrote is in the WAL
+        with db._busy:  # the connection in use: the checkpoint does not wait for it
+            await asyncio.wait_for(asyncio.to_thread(db._checkpoint), 30)
+        assert path.stat().st_size > before  # copied into the database file
+        page = await journal.read("a")
+        assert len(page.events) == 20
+    finally:
+        await journal.close()
+    assert db._checkpointer is None  # closed with the connection

@@ -19,7 +19,9 @@ connection idle, nothing queued, the write lock free at once and a commit that d
 sync (``synchronous`` OFF or NORMAL), the write runs on the caller's thread; everything
 that can wait (another process's lock, a syncing commit, the WAL checkpoint) goes to the
 worker. There, every write queued meanwhile commits in one transaction (group commit),
-each in its own savepoint so one refused write leaves the others.
+each in its own savepoint so one refused write leaves the others. Between worker jobs the
+connection rests without a busy wait or automatic checkpoints, so a statement on the
+caller's thread never waits; each worker job sets both for its length.
 
 Reads (:meth:`SQLiteThread.read`) skip the hop alike when they are short: with the
 connection idle and nothing queued, a read runs on the caller's thread with SQLite's busy
@@ -49,7 +51,7 @@ T = TypeVar("T")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between checkpoints on the worker
-_AUTOCHECKPOINT = 1000  # SQLite's default, in pages
+_AUTOCHECKPOINT = 1000  # SQLite's default, in pages, for the worker's jobs
 # An inline read gets this many calls of the progress handler, every _READ_STEPS VM steps:
 # about a hundred rows of a page, well under a millisecond of the event loop's time.
 _READ_STEPS = 1000
@@ -111,6 +113,7 @@ class SQLiteThread:
         self._queue = threading.Lock()
         self._pending: list[_Write[Any]] = []
         self._inline_commits = 0
+        self._checkpointer: sqlite3.Connection | None = None  # the worker's, see _checkpoint
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -130,7 +133,13 @@ class SQLiteThread:
         def call() -> T:
             with self._busy:
                 conn = self._conn if self._conn is not None else self._connect()
-                return self._guarded(conn, fn)
+                # The worker may wait (a lock, a checkpoint); the connection rests without.
+                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
+                try:
+                    return self._guarded(conn, fn)
+                finally:
+                    _rest(conn)
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
@@ -161,7 +170,6 @@ class SQLiteThread:
                 calls += 1
                 return calls > _READ_CALLS  # True interrupts the statement
 
-            conn.execute("PRAGMA busy_timeout = 0")
             conn.set_progress_handler(budget, _READ_STEPS)
             try:
                 return True, fn(conn)
@@ -174,7 +182,6 @@ class SQLiteThread:
                 raise
             finally:
                 conn.set_progress_handler(None, 0)
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
         finally:
             self._busy.release()
 
@@ -235,23 +242,17 @@ class SQLiteThread:
         try:
             if self._pending:
                 return False, None  # queued writes keep their order
-            conn.execute("PRAGMA busy_timeout = 0")
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN IMMEDIATE")  # resting: no busy wait
             except sqlite3.OperationalError:
                 return False, None  # another writer holds the lock: wait on the worker
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {self._busy_ms}")
 
             def one(conn: sqlite3.Connection) -> T:
                 value = fn(conn)
                 self.check_files()  # the last moment before the write is acknowledged
-                # The checkpoint syncs the database file: it waits for the worker.
-                conn.execute("PRAGMA wal_autocheckpoint = 0")
-                try:
-                    conn.execute("COMMIT")
-                finally:
-                    conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT}")
+                # Resting, the commit does not checkpoint (that syncs the database file):
+                # the worker does, every _CHECKPOINT_EVERY commits made here.
+                conn.execute("COMMIT")
                 return value
 
             value = self._guarded(conn, one)
@@ -294,9 +295,19 @@ class SQLiteThread:
         conn.execute("COMMIT")
 
     def _checkpoint(self) -> None:
-        with self._busy:
-            if self._conn is not None:
-                _settle(self._conn, "PASSIVE")
+        """On the worker, beside the connection (which goes on meanwhile, on the caller's
+        thread too): copy the WAL into the database file through a connection of its own to
+        the files the connection holds. Best effort: the next one tries again."""
+        if self._conn is None or self._read_only or not self._files or self._moved():
+            return  # a moved file is settled through the connection that holds it
+        try:
+            if self._checkpointer is None:
+                # mode=rw: never creates a file, should the path name none after the check.
+                uri = Path(self._files[0][0]).as_uri() + "?mode=rw"
+                self._checkpointer = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass
 
     async def open(self) -> None:
         """Connect now rather than on the first statement."""
@@ -330,6 +341,7 @@ class SQLiteThread:
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(self._schema)
             self._files = self._identify()
+            _rest(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, (sqlite3.Error, OSError)):
@@ -364,6 +376,7 @@ class SQLiteThread:
                     f"table): check the path"
                 )
             self._files = self._identify()
+            _rest(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, (sqlite3.Error, OSError)):
@@ -424,11 +437,21 @@ class SQLiteThread:
             self._disconnect_now()
 
     def _disconnect_now(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         if self._conn is not None:
             if self._moved() is not None:
                 _settle(self._conn)
             self._conn.close()
             self._conn = None
+
+
+def _rest(conn: sqlite3.Connection) -> None:
+    """The connection's settings between worker jobs, as the caller's thread uses it: no
+    busy wait (a lock sends the job to the worker) and no automatic checkpoint."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    conn.execute("PRAGMA wal_autocheckpoint = 0")
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
