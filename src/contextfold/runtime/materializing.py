@@ -108,10 +108,12 @@ class MaterializingSteps(AgentInstance):
         """Materialize when the context has seen :attr:`materialize_every` positions since
         the newest materialization. A chunk or state that cannot be stored is logged, not
         raised: it only costs the next instance a longer first read."""
+        position = _position(context)
+        if position < self.materialize_every:
+            return  # not due, wherever the newest materialization is: no look-up
         if self._materialized_at is None:
             found = await self.journal.latest(self.stream, [ContextMaterialized])
             self._materialized_at = found[0].position if found else 0
-        position = _position(context)
         if position - self._materialized_at < self.materialize_every:
             return
         try:
