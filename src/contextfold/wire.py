@@ -379,22 +379,17 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
     non-JSON value but non-finite floats, which it writes as ``null``; only a body whose
     bytes hold a ``null`` is checked for them, in C, and walked only to name the fault."""
     where = f"{transport} body"
+    # What a renderer serialized itself (a top-level orjson.Fragment: strings only, so no
+    # float to be non-finite) is neither scanned nor checked again.
+    written = {k: v for k, v in body.items() if not isinstance(v, orjson.Fragment)}
     try:
         data = orjson.dumps(body)
-        if b"null" in data:
-            json.dumps(body, allow_nan=False, check_circular=False, default=_made_by_orjson)
+        if b"null" in (data if len(written) == len(body) else orjson.dumps(written)):
+            json.dumps(written, allow_nan=False, check_circular=False)
     except (TypeError, ValueError) as exc:
         try:
-            check_json_value(body, where=where)  # names the field at fault
+            check_json_value(written, where=where)  # names the field at fault
         except ValueError as named:
             raise RenderError(f"{transport} body is not plain JSON: {named}") from named
         raise RenderError(f"{transport} body is not plain JSON: {where}: {exc}") from exc
     return data
-
-
-def _made_by_orjson(value: Any) -> None:
-    """A renderer's pre-serialized part (``orjson.Fragment``) holds strings only, checked as
-    orjson wrote them: no float in it can be non-finite. Anything else is not JSON."""
-    if isinstance(value, orjson.Fragment):
-        return None
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -5,6 +5,7 @@ a request extending an earlier one serializes only its new messages."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -137,3 +138,21 @@ def test_the_assemblies_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(assembly, "_RECENT_BYTES", 1)  # one body is over it: none is kept
     wire.render_body(NeutralRequest(model="m", system="", messages=_conversation(3)), "openai-chat")
     assert len(assembly._RECENT) == 0 and assembly._held == 0
+
+
+def test_what_a_renderer_serialized_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    dumps = json.dumps
+
+    def spy(value: object, **kwargs: Any) -> str:
+        calls.append(value)
+        return str(dumps(value, **kwargs))
+
+    monkeypatch.setattr(json, "dumps", spy)
+    said = NeutralMessage(role="tool", content="the tool said null", tool_call_id="a")
+    call = NeutralMessage(role="assistant", content="", tool_calls=(ToolCall(id="a", name="t"),))
+    request = NeutralRequest(model="m", system="", messages=(call, said))
+    body = wire.render_body(request, "openai-chat")
+    assert b"null" in body and calls == []  # the null in the messages is theirs: no check
+    with pytest.raises(RenderError, match=r"openai-chat body\.x: nan"):
+        wire._encode({"x": float("nan"), "messages": orjson.Fragment(b"[]")}, "openai-chat")

@@ -433,21 +433,29 @@ def _with_breakpoint(messages: list[NeutralMessage]) -> None:
         messages[-1] = replace(messages[-1], cache_breakpoint=True)
 
 
-# The newest offset and the newest compaction's offset of each recent history, by id: a
-# request through the newest request keeps its whole history without walking it.
+# The newest offset and the newest compaction's offset of the newest history from each
+# first item, by id(first item): a history extending it is measured from its new items on.
 _SPANS: OrderedDict[int, tuple[tuple[ContextItem, ...], int, int]] = OrderedDict()
 _SPANS_MAX = 64
 
 
 def _span(history: tuple[ContextItem, ...]) -> tuple[int, int]:
     """(newest offset, newest compaction offset) of ``history``, 0 when none (memoized)."""
-    key = id(history)
+    if not history:
+        return 0, 0
+    key = id(history[0])
+    start, newest, compacted = 0, 0, 0
     found = _SPANS.get(key)
-    if found is not None and found[0] is history:
-        return found[1], found[2]
-    newest = max((item.offset for item in history), default=0)
-    compacted = max((item.offset for item in history if item.compaction is not None), default=0)
+    # Identical items compare by identity: the prefix check is a C loop.
+    if found is not None and len(found[0]) <= len(history) and history[: len(found[0])] == found[0]:
+        start, newest, compacted = len(found[0]), found[1], found[2]
+    for item in history[start:]:
+        newest = max(newest, item.offset)
+        if item.compaction is not None:
+            compacted = max(compacted, item.offset)
     _SPANS[key] = (history, newest, compacted)
+    with suppress(KeyError):  # evicted meanwhile by another thread
+        _SPANS.move_to_end(key)
     if len(_SPANS) > _SPANS_MAX:
         _SPANS.popitem(last=False)
     return newest, compacted

@@ -23,7 +23,7 @@ from ..context.compaction import (
     summary_item,
     threshold_tokens,
 )
-from ..context.events import RequestHeader
+from ..context.events import LlmResponse, RequestHeader
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_state
 from ..context.request import build_request
@@ -40,9 +40,14 @@ __all__ = ["CompactionSteps"]
 
 log = logging.getLogger("contextfold.runtime")
 
+_Pick = tuple[tuple[LlmResponse, ...], tuple[float, int, int | None], LlmResponse | None]
+
 
 class CompactionSteps(MaterializingSteps):
     """The agent's compaction steps (a base of :class:`~contextfold.runtime.loop.Agent`)."""
+
+    # The newest pick: (reports, (threshold, cutoff, window), picked).
+    _picked: _Pick | None = None
 
     async def _catch_up_compaction(
         self, context: AgentContextState, sched: SchedulerState, report: RunReport
@@ -55,12 +60,7 @@ class CompactionSteps(MaterializingSteps):
         the next request over the threshold."""
         if not sched.answered:
             return False
-        picked = pick_compaction(
-            sched.reports,
-            threshold=self.compaction_threshold,
-            compacted_through=context.compacted_through,
-            window=self.context_window,
-        )
+        picked = self._pick(sched.reports, context.compacted_through)
         if picked is None or picked.request_offset in self._not_compactable:
             return False
         assert picked.usage is not None  # pick_compaction takes only measured reports
@@ -72,6 +72,26 @@ class CompactionSteps(MaterializingSteps):
             return True
         self._not_compactable.add(picked.request_offset)
         return False
+
+    def _pick(self, reports: tuple[LlmResponse, ...], compacted_through: int) -> LlmResponse | None:
+        """``pick_compaction`` of ``reports``, picking only among the reports after those of
+        the previous pick when they begin with those (they grow one response at a time)."""
+        settings = (self.compaction_threshold, compacted_through, self.context_window)
+        start, best = 0, None
+        seen = self._picked
+        # The same report objects: the prefix check compares them by identity.
+        if seen is not None and seen[1] == settings and reports[: len(seen[0])] == seen[0]:
+            start, best = len(seen[0]), seen[2]
+        newer = pick_compaction(
+            reports[start:],
+            threshold=self.compaction_threshold,
+            compacted_through=compacted_through,
+            window=self.context_window,
+        )
+        if newer is not None and (best is None or newer.request_offset > best.request_offset):
+            best = newer  # as max() over all of them: the first of the newest offset
+        self._picked = (reports, settings, best)
+        return best
 
     async def _relieve_pressure(
         self, context: AgentContextState, header: RequestHeader, report: RunReport

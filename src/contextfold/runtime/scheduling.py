@@ -237,7 +237,11 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     update: dict[str, object] = {"response_at": ev.position}
     if response.usage is not None:
         report = response.model_copy(update={"text": "", "tool_calls": ()})
-        kept = tuple(r for r in state.reports if r.request_offset != response.request_offset)
+        # Reports come in request order, one request at a time: only the newest can be an
+        # earlier report of this (the latest) request.
+        kept = state.reports
+        if kept and kept[-1].request_offset == response.request_offset:
+            kept = kept[:-1]
         update["reports"] = (*kept, report)
     return state.model_copy(update=update)
 

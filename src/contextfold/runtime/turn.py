@@ -25,7 +25,7 @@ from ..context.events import (
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot
-from ..context.state import AgentContextState
+from ..context.state import AgentContextState, ContextItem
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError
@@ -57,6 +57,23 @@ _STARTING_READ = 1.0
 
 class TurnSteps(CompactionSteps):
     """The agent's steps of one turn (a base of :class:`~contextfold.runtime.loop.Agent`)."""
+
+    # The call ids of the newest history seen: (history, ids).
+    _calls_seen: tuple[tuple[ContextItem, ...], frozenset[str]] | None = None
+
+    def _call_ids(self, history: tuple[ContextItem, ...]) -> frozenset[str]:
+        """Every tool call id in ``history``, collected from the items after those of the
+        previous history when it begins with them (items are immutable)."""
+        start, ids = 0, frozenset[str]()
+        seen = self._calls_seen
+        # The same item objects: the prefix check compares them by identity.
+        if seen is not None and history[: len(seen[0])] == seen[0]:
+            start, ids = len(seen[0]), seen[1]
+        added = {call.id for item in history[start:] for call in item.tool_calls}
+        if added:
+            ids = ids | added
+        self._calls_seen = (history, ids)
+        return ids
 
     async def _header(self, context: AgentContextState) -> RequestHeader:
         prefix = await self.prefix.get()
@@ -251,7 +268,7 @@ class TurnSteps(CompactionSteps):
 
     async def _record_output(self, offset: int, output: ModelOutput) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
-        used = {call.id for item in context.history for call in item.tool_calls}
+        used = self._call_ids(context.history)
         kept, dropped = _split_calls(output.tool_calls)
         calls = _unique_calls(kept, used, offset)
         text = output.text
@@ -334,7 +351,9 @@ def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCa
     return kept, dropped
 
 
-def _unique_calls(calls: Sequence[ToolCall], used: set[str], offset: int) -> tuple[ToolCall, ...]:
+def _unique_calls(
+    calls: Sequence[ToolCall], used: frozenset[str], offset: int
+) -> tuple[ToolCall, ...]:
     """The calls of the response to request @offset, each with an id no other call in the
     context has (``used``) nor an earlier call of the same response.
 
