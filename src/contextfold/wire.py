@@ -44,6 +44,7 @@ __all__ = [
     "TRANSPORTS",
     "ImagePart",
     "ItemRole",
+    "JsonArray",
     "ModelOutput",
     "NeutralMessage",
     "NeutralRequest",
@@ -54,6 +55,7 @@ __all__ = [
     "ToolDefinition",
     "Transport",
     "Usage",
+    "body_size",
     "register_renderer",
     "render_body",
     "render_request",
@@ -329,9 +331,20 @@ class ModelOutput:
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
 
 
+@dataclass(frozen=True, slots=True)
+class JsonArray:
+    """A JSON array whose elements a renderer serialized itself, each compact JSON of strings
+    only (so nothing in it is unchecked: no float to be non-finite): written into a body as
+    the elements are, and measured without being written. ``size``: its bytes."""
+
+    elements: tuple[orjson.Fragment, ...]
+    size: int
+
+
 Renderer = Callable[[NeutralRequest], dict[str, Any]]
-"""A transport's body builder: a pure function from a request to a fresh JSON dict whose key
-insertion order is the wire order. Raises RenderError for what the transport cannot send."""
+"""A transport's body builder: a pure function from a request to a fresh dict whose key
+insertion order is the wire order, its values JSON or a :class:`JsonArray` the renderer
+serialized itself. Raises RenderError for what the transport cannot send."""
 
 _RENDERERS: dict[str, Renderer] = {}
 
@@ -360,18 +373,34 @@ def render_request(request: NeutralRequest, transport: Transport) -> RenderedReq
 
 
 def render_body(request: NeutralRequest, transport: Transport) -> bytes:
-    """The exact body bytes of ``request`` for ``transport`` (not hashed: a measure of a
-    request costs no digest). Raises as :func:`render_request`."""
+    """The exact body bytes of ``request`` for ``transport`` (not hashed). Raises as
+    :func:`render_request`."""
+    # Insertion order, not sorted keys: each transport builds its body in the provider's
+    # read order with the history last, so consecutive requests share a byte prefix as
+    # long as their content does. Building is pure, so this is as deterministic as sorting.
+    return _encode(_renderer(transport)(request), transport)
+
+
+def body_size(request: NeutralRequest, transport: Transport) -> int:
+    """``len(render_body(request, transport))``, without writing what the renderer
+    serialized itself (a :class:`JsonArray` is measured). Raises as :func:`render_request`."""
+    body = _renderer(transport)(request)
+    arrays = [value for value in body.values() if isinstance(value, JsonArray)]
+    if not arrays:
+        return len(_encode(body, transport))
+    empty: dict[str, Any] = {k: [] if isinstance(v, JsonArray) else v for k, v in body.items()}
+    written = len(_encode(empty, transport)) - len(b"[]") * len(arrays)
+    return written + sum(array.size for array in arrays)
+
+
+def _renderer(transport: Transport) -> Renderer:
     renderer = _RENDERERS.get(transport)
     if renderer is None:
         raise RenderError(
             f"unknown transport {transport!r}; expected one of {list(TRANSPORTS)} "
             "(import contextfold.render to register the built-in renderers)"
         )
-    # Insertion order, not sorted keys: each transport builds its body in the provider's
-    # read order with the history last, so consecutive requests share a byte prefix as
-    # long as their content does. Building is pure, so this is as deterministic as sorting.
-    return _encode(renderer(request), transport)
+    return renderer
 
 
 def _encode(body: dict[str, Any], transport: Transport) -> bytes:
@@ -379,11 +408,10 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
     non-JSON value but non-finite floats, which it writes as ``null``; only a body whose
     bytes hold a ``null`` is checked for them, in C, and walked only to name the fault."""
     where = f"{transport} body"
-    # What a renderer serialized itself (a top-level orjson.Fragment: strings only, so no
-    # float to be non-finite) is neither scanned nor checked again.
-    written = {k: v for k, v in body.items() if not isinstance(v, orjson.Fragment)}
+    # What a renderer serialized itself (a JsonArray) is neither scanned nor checked again.
+    written = {k: v for k, v in body.items() if not isinstance(v, JsonArray)}
     try:
-        data = orjson.dumps(body)
+        data = orjson.dumps(body, default=_elements, option=orjson.OPT_PASSTHROUGH_DATACLASS)
         if b"null" in (data if len(written) == len(body) else orjson.dumps(written)):
             json.dumps(written, allow_nan=False, check_circular=False)
     except (TypeError, ValueError) as exc:
@@ -393,3 +421,10 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
             raise RenderError(f"{transport} body is not plain JSON: {named}") from named
         raise RenderError(f"{transport} body is not plain JSON: {where}: {exc}") from exc
     return data
+
+
+def _elements(value: Any) -> list[orjson.Fragment]:
+    """A JsonArray's elements, for orjson to copy into the body as they are."""
+    if isinstance(value, JsonArray):
+        return list(value.elements)
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")

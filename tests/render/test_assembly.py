@@ -36,11 +36,20 @@ def plain(request: NeutralRequest, transport: Transport) -> bytes:
     return orjson.dumps(body)
 
 
-def outcome(render: Any, request: NeutralRequest, transport: Transport) -> bytes | str:
+def outcome(render: Any, request: NeutralRequest, transport: Transport) -> bytes | int | str:
     try:
-        return bytes(render(request, transport))
+        done = render(request, transport)
+        return done if isinstance(done, int) else bytes(done)
     except RenderError as exc:
         return f"RenderError: {exc}"
+
+
+def _sized(request: NeutralRequest, transport: Transport) -> int:
+    return wire.body_size(request, transport)
+
+
+def _plain_size(request: NeutralRequest, transport: Transport) -> int:
+    return len(plain(request, transport))
 
 
 message = st.one_of(
@@ -85,6 +94,7 @@ def test_assembled_bodies_equal_bodies_rendered_from_nothing(
         messages = (head, *history[:cut], tail)
         request = NeutralRequest(model="m", system="protocol", messages=messages, max_tokens=9)
         assert outcome(wire.render_body, request, transport) == outcome(plain, request, transport)
+        assert outcome(_sized, request, transport) == outcome(_plain_size, request, transport)
         unrelated = NeutralRequest(model="m", system="", messages=(head, *other, tail))
         assert outcome(wire.render_body, unrelated, transport) == outcome(
             plain, unrelated, transport
@@ -155,4 +165,18 @@ def test_what_a_renderer_serialized_is_not_scanned_again(monkeypatch: pytest.Mon
     body = wire.render_body(request, "openai-chat")
     assert b"null" in body and calls == []  # the null in the messages is theirs: no check
     with pytest.raises(RenderError, match=r"openai-chat body\.x: nan"):
-        wire._encode({"x": float("nan"), "messages": orjson.Fragment(b"[]")}, "openai-chat")
+        wire._encode({"x": float("nan"), "messages": wire.JsonArray((), 2)}, "openai-chat")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_body_is_measured_without_writing_its_messages(
+    transport: Transport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = NeutralRequest(model="m", system="protocol", messages=_conversation(20))
+    size = len(wire.render_body(request, transport))
+
+    def unwritten(value: object) -> None:
+        raise AssertionError("the assembled messages were written")
+
+    monkeypatch.setattr(wire, "_elements", unwritten)
+    assert wire.body_size(request, transport) == size

@@ -49,7 +49,7 @@ def test_an_equal_request_gives_the_fresh_bytes(
         temperature=request.temperature,
     )
     assert wire.render_request(again, transport) == first
-    body = orjson.dumps(wire._RENDERERS[transport](request))
+    body = wire._encode(wire._RENDERERS[transport](request), transport)
     assert first.body == body
     assert first.sha256 == hashlib.sha256(body).hexdigest()
 
@@ -63,7 +63,7 @@ def test_equal_temperatures_with_other_bytes_are_not_confused(one: float, other:
     first = wire.render_request(make(one), "openai-chat").body
     second = wire.render_request(make(other), "openai-chat").body
     assert first != second
-    assert second == orjson.dumps(wire._RENDERERS["openai-chat"](make(other)))
+    assert second == wire._encode(wire._RENDERERS["openai-chat"](make(other)), "openai-chat")
 
 
 def test_a_body_without_null_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,10 +22,11 @@ from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 
 import orjson
 
-from ..wire import NeutralMessage
+from ..wire import JsonArray, NeutralMessage
 
 __all__ = ["Encode", "Unassembled", "assemble"]
 
@@ -40,15 +41,20 @@ class Unassembled(Exception):
 @dataclass(frozen=True, slots=True)
 class _Assembled:
     messages: tuple[NeutralMessage, ...]
-    units: tuple[bytes, ...]
+    units: tuple[orjson.Fragment, ...]
     """Every unit of ``messages``, in wire order."""
+    ends: tuple[int, ...]
+    """``ends[i]``: the bytes of ``units[:i]`` (from ``ends[0] == 0``)."""
     closed: tuple[int, ...]
     """Lengths of the closed prefixes of ``messages``, ascending (0 first)."""
     closed_units: tuple[int, ...]
     """How many units each closed prefix has."""
     call_at: dict[str, int]
     """Index of the message making each call (read only)."""
-    size: int
+
+    @property
+    def size(self) -> int:
+        return self.ends[-1]
 
 
 # The newest assembly by (transport, first two messages); bounded in entries and bytes.
@@ -64,9 +70,9 @@ def assemble(
     messages: tuple[NeutralMessage, ...],
     encode: Encode,
     lead: tuple[bytes, ...] = (),
-) -> orjson.Fragment:
+) -> JsonArray:
     """The JSON array of ``lead`` (units before the messages) and the units of ``messages``
-    in wire order, to embed in a body as it is.
+    in wire order, to embed in a body as it is (or to measure).
 
     Raises Unassembled when pairing is broken or a unit does not encode; the transport then
     renders plainly and raises its error there.
@@ -76,23 +82,25 @@ def assemble(
     start = 0
     closed: tuple[int, ...] = (0,)
     closed_units: tuple[int, ...] = (0,)
-    units: tuple[bytes, ...] = ()
+    units: tuple[orjson.Fragment, ...] = ()
+    ends: tuple[int, ...] = (0,)
     call_at: dict[str, int] = {}
     if base is not None:
         at = bisect_right(base.closed, _common_prefix(messages, base.messages)) - 1
         start = base.closed[at]
         closed, closed_units = base.closed[: at + 1], base.closed_units[: at + 1]
-        units = base.units[: closed_units[-1]]
+        units, ends = base.units[: closed_units[-1]], base.ends[: closed_units[-1] + 1]
         call_at = {call: index for call, index in base.call_at.items() if index < start}
     added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
-    units += added
+    units += tuple(map(orjson.Fragment, added))
+    ends += tuple(accumulate(map(len, added), initial=ends[-1]))[1:]
     if key is not None:
-        size = sum(map(len, units))
-        entry = _Assembled(
-            messages, units, closed + more_closed, closed_units + more_units, call_at, size
-        )
-        _keep(key, entry)
-    return _array((*lead, *units))
+        closed, closed_units = closed + more_closed, closed_units + more_units
+        _keep(key, _Assembled(messages, units, ends, closed, closed_units, call_at))
+    heads = tuple(map(orjson.Fragment, lead))
+    elements = heads + units
+    size = 2 + sum(map(len, lead)) + ends[-1] + max(len(elements) - 1, 0)  # [ , ]
+    return JsonArray(elements, size)
 
 
 def _order(
@@ -174,12 +182,3 @@ def _keep(key: tuple[str, NeutralMessage, NeutralMessage], assembled: _Assembled
         _RECENT[key] = assembled
         while _RECENT and (len(_RECENT) > _RECENT_MAX or _held > _RECENT_BYTES):
             _held -= _RECENT.popitem(last=False)[1].size
-
-
-def _array(units: tuple[bytes, ...]) -> orjson.Fragment:
-    """``[unit,unit,...]`` in one copy of the units' bytes."""
-    if not units:
-        return orjson.Fragment(b"[]")
-    if len(units) == 1:
-        return orjson.Fragment(b"[" + units[0] + b"]")
-    return orjson.Fragment(b",".join((b"[" + units[0], *units[1:-1], units[-1] + b"]")))

@@ -28,9 +28,9 @@ __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_chat"
 
 
 def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
-    """The Chat Completions body as a fresh dict, its ``messages`` array pre-serialized (an
-    ``orjson.Fragment`` assembled from what is new, see ``assembly``). Raises RenderError on
-    bad tool pairing."""
+    """The Chat Completions body as a fresh dict, its ``messages`` array serialized here (a
+    ``JsonArray`` assembled from what is new, see ``assembly``). Raises RenderError on bad
+    tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.tools:
         body["tools"] = [

@@ -30,9 +30,9 @@ __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_respo
 
 
 def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
-    """The Responses body as a fresh dict, its ``input`` array pre-serialized (an
-    ``orjson.Fragment`` assembled from what is new, see ``assembly``). Raises RenderError on
-    bad tool pairing."""
+    """The Responses body as a fresh dict, its ``input`` array serialized here (a
+    ``JsonArray`` assembled from what is new, see ``assembly``). Raises RenderError on bad
+    tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.system:
         body["instructions"] = request.system

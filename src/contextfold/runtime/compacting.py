@@ -29,7 +29,7 @@ from ..context.rebuild import rebuild_state
 from ..context.request import build_request
 from ..context.state import AgentContextState
 from ..errors import CompactionError, RenderError
-from ..wire import NeutralRequest, Transport, render_body, render_request
+from ..wire import NeutralRequest, Transport, body_size, render_request
 from .events import CompactionFinished, CompactionStarted
 from .instance import RunReport
 from .lease import confirm_claim
@@ -195,7 +195,7 @@ class CompactionSteps(MaterializingSteps):
 
 def _estimate(request: NeutralRequest, transport: Transport) -> int:
     """Input tokens of a request, estimated as its wire body's bytes / 4."""
-    return len(render_body(request, transport)) // 4
+    return body_size(request, transport) // 4
 
 
 def _estimate_of(context: AgentContextState) -> int | None:

@@ -192,24 +192,24 @@ class TurnSteps(CompactionSteps):
 
         self._cancel.check()  # no model call (paid, maybe long) for a cancelled agent
         call = asyncio.create_task(self.model.complete(neutral, rendered, on_delta=on_delta))
+        try:
+            await asyncio.sleep(0)  # the call's first step: an instant model answers in it
+        except BaseException:  # a cancel of the agent: its caller tells the observers
+            await _cancel(call)
+            raise
+        if call.done():
+            return self._answer(call)  # nothing can have interrupted it: nothing to watch
         answered, tailing = asyncio.Event(), asyncio.Event()
         watch = asyncio.create_task(self._watch_interrupts(offset, answered, tailing, call))
         try:
             done, _ = await asyncio.wait({call, watch}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # a cancel of the agent: its caller tells the observers
+        except BaseException:
             await _cancel(call, watch)
             raise
         if call in done:
             answered.set()
             await _stop_watch(watch, tailing)
-            if call.cancelled():
-                # Only this loop cancels the call, and it has not: the model's own work was
-                # cancelled (a future it awaited). A provider failure, not a shutdown.
-                raise ModelError(
-                    f"{self.model.transport} request to model {self.model.model!r} failed: "
-                    "it was cancelled from inside the model call"
-                )
-            return call.result()
+            return self._answer(call)
         await _cancel(call)  # the provider call is over (its stream closed) before we go on
         interrupter = watch.result()
         assert interrupter is not None  # None only once answered
@@ -220,6 +220,17 @@ class TurnSteps(CompactionSteps):
         )
         await self._emit(RequestInterrupted(offset=offset, by=interrupter))
         return None
+
+    def _answer(self, call: asyncio.Task[ModelOutput]) -> ModelOutput:
+        """The output of a model call that ended; raises what it raised."""
+        if call.cancelled():
+            # Only this loop cancels the call, and it has not: the model's own work was
+            # cancelled (a future it awaited). A provider failure, not a shutdown.
+            raise ModelError(
+                f"{self.model.transport} request to model {self.model.model!r} failed: "
+                "it was cancelled from inside the model call"
+            )
+        return call.result()
 
     async def _watch_interrupts(
         self,
