@@ -4,7 +4,7 @@ One agent on a SQLite journal runs 1,000 turns of the tool-heavy workload: a use
 a tool call, a 2,000-character result, an answer (``cf.FunctionModel``: the model costs
 nothing). Each turn's floor is measured in the same run: serializing and hashing its two
 request bodies with orjson and hashlib, plus the raw driver appending its events (one
-transaction per append, as the agent makes them). Claims:
+transaction per append, in the batches the journal's store was given). Claims:
 
   agent_turn_1000_vs_floor  turns 951-1,000 cost at most twice their floor
   agent_turn_growth         per-turn cost minus floor at turns 951-1,000 vs turns 1-50
@@ -60,22 +60,43 @@ class Recording(cf.FunctionModel):
         return await super().complete(request, rendered, on_delta=on_delta)
 
 
-def floor(bodies: list[bytes], rows: list[dict[str, Any]], raw: RawSQLite, turn: int) -> float:
+def floor(
+    bodies: list[bytes], rows: list[dict[str, Any]], batches: list[int], raw: RawSQLite, turn: int
+) -> float:
     """Seconds of the turn's irreducible work: its bodies serialized and hashed, its events
-    appended by the raw driver, one append each."""
+    appended by the raw driver in the same batches, one transaction each."""
+    assert sum(batches) == len(rows), (batches, len(rows))
     decoded = [orjson.loads(body) for body in bodies]
     start = time.perf_counter()
     for value in decoded:
         hashlib.sha256(orjson.dumps(value)).hexdigest()
-    for row in rows:
-        raw.append(f"raw-{turn}", [row])
+    at = 0
+    for size in batches:
+        raw.append(f"raw-{turn}", rows[at : at + size])
+        at += size
     return time.perf_counter() - start
+
+
+def count_batches(journal: cf.Journal) -> list[int]:
+    """The sizes of the appends the journal's store makes to the session, as they come."""
+    sizes: list[int] = []
+    store = journal.store
+    append = store.append
+
+    async def counted(namespace: str, stream: str, events: Any, **options: Any) -> Any:
+        if stream == STREAM:
+            sizes.append(len(events))
+        return await append(namespace, stream, events, **options)
+
+    store.append = counted  # type: ignore[method-assign]
+    return sizes
 
 
 async def main(turns: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         journal = cf.open_journal(f"sqlite:///{Path(tmp) / 'agent.db'}")
         raw = RawSQLite(Path(tmp) / "raw.db")
+        batches = count_batches(journal)
         await journal.append(STREAM, cf.system_prompt("You read files with the lookup tool."))
         model = Recording()
         agent = cf.Agent(journal, STREAM, model, tools=[lookup])
@@ -84,7 +105,7 @@ async def main(turns: int) -> int:
         for turn in range(1, turns + 1):
             model.turn = turn
             before = await journal.version(STREAM)
-            seen = len(model.bodies)
+            seen, appended = len(model.bodies), len(batches)
             start = time.perf_counter()
             await journal.append(STREAM, cf.ContextAdded(role="user", content=f"turn {turn}"))
             await agent.run_until_idle()
@@ -92,7 +113,7 @@ async def main(turns: int) -> int:
             if turn <= WINDOW or turn > turns - WINDOW:
                 page = await journal.read(STREAM, after=None)
                 rows = [orjson.loads(e.data) for e in page.events[before:]]
-                floors[turn] = floor(model.bodies[seen:], rows, raw, turn)
+                floors[turn] = floor(model.bodies[seen:], rows, batches[appended:], raw, turn)
         raw.close()
         await journal.close()
     early = range(1, WINDOW + 1)
