@@ -104,15 +104,17 @@ async def main(turns: int) -> int:
         floors: dict[int, float] = {}
         for turn in range(1, turns + 1):
             model.turn = turn
-            before = await journal.version(STREAM)
+            before = await journal.head(STREAM)
             seen, appended = len(model.bodies), len(batches)
             start = time.perf_counter()
             await journal.append(STREAM, cf.ContextAdded(role="user", content=f"turn {turn}"))
             await agent.run_until_idle()
             costs[turn] = time.perf_counter() - start
             if turn <= WINDOW or turn > turns - WINDOW:
-                page = await journal.read(STREAM, after=None)
-                rows = [orjson.loads(e.data) for e in page.events[before:]]
+                # Only the turn's events: reading the whole stream would leave its garbage
+                # to the collector during the next measured turn.
+                page = await journal.read(STREAM, after=before)
+                rows = [orjson.loads(e.data) for e in page.events]
                 floors[turn] = floor(model.bodies[seen:], rows, batches[appended:], raw, turn)
         raw.close()
         await journal.close()
