@@ -157,6 +157,9 @@ class NewEvent(NamedTuple):
 _FIELD = operator.itemgetter
 
 
+_make = tuple.__new__
+
+
 def _meta(
     event_id: str,
     time: str,
@@ -166,11 +169,13 @@ def _meta(
     channels: Any,
 ) -> EventMeta:
     """EventMeta from stored fields; channels as a tuple, list or \\x1f-joined str."""
-    if isinstance(channels, str):
-        channels = tuple(channels.split("\x1f")) if channels else ()
-    elif not isinstance(channels, tuple):
-        channels = tuple(channels)
-    return EventMeta(event_id, time, run_id, actor, idempotency_key, channels)
+    if type(channels) is not tuple:
+        if isinstance(channels, str):
+            channels = tuple(channels.split("\x1f")) if channels else ()
+        else:
+            channels = tuple(channels)
+    # tuple.__new__, not EventMeta(...): its generated __new__ is one more Python call.
+    return _make(EventMeta, (event_id, time, run_id, actor, idempotency_key, channels))
 
 
 class StoredEvent(tuple):  # type: ignore[type-arg]

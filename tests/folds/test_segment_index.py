@@ -93,7 +93,7 @@ def test_an_open_by_the_newest_state_extends_the_shared_index_in_place() -> None
     for position in range(3, 50):
         state = FOLD.apply(state, _env(Open(id=f"s{position}"), position))
     assert state._ids is index  # one index for the line, not levels merged per open
-    assert index.positions["s49"] == [47]
+    assert index.positions["s49"] == 47  # one segment with the id: its position, no list
 
 
 def test_segments_that_are_not_a_vector_become_one() -> None:

@@ -42,9 +42,10 @@ STRICT_EXTRA: dict[str, Any] = {"extra": "forbid"} if _TAKES_EXTRA else {}
 
 
 @dataclass(frozen=True, slots=True)
-class _Registered(Generic[S]):
+class _Registered:
     event: type[Event]
-    apply: Callable[[S, Envelope[Any]], S]
+    apply: Callable[[Any, Envelope[Any]], Any]
+    """A step on the fold's working form (see FoldBase._working)."""
 
 
 class FoldBase(Generic[S]):
@@ -67,14 +68,14 @@ class FoldBase(Generic[S]):
         self.name = name
         self.scope: Scope = scope
         self.version = version
-        self._handlers: dict[str, _Registered[S]] = {}
+        self._handlers: dict[str, _Registered] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}@{self.version}>"
 
     # -- handlers -----------------------------------------------------------------------------
 
-    def _register(self, event: type[Event], apply: Callable[[S, Envelope[Any]], S]) -> None:
+    def _register(self, event: type[Event], apply: Callable[[Any, Envelope[Any]], Any]) -> None:
         if not (isinstance(event, type) and issubclass(event, Event) and event.event_type):
             raise FoldDefinitionError(
                 f"fold {self.name}: handlers take an Event class with a type name, got {event!r}"
@@ -115,10 +116,14 @@ class FoldBase(Generic[S]):
         registered = self._handlers.get(envelope.type)
         if registered is None:
             return state, None
+        seal = self._step_seal()
         try:
-            return self._seal(registered.apply(state, envelope)), None
+            work = registered.apply(self._working(state), envelope)
+            if seal is not None:
+                work = seal(work)
         except MissingSegmentError:
             return state, "missing-segment"
+        return self._settled(work), None
 
     def apply_all(self, state: S, envelopes: Iterable[Envelope[Any]]) -> S:
         for envelope in envelopes:
@@ -150,28 +155,24 @@ class FoldBase(Generic[S]):
         handlers = self._handlers
         # Per read, not per definition: an event class may complete its schema after the
         # fold is defined (forward references), and its validator is read when first used.
-        plan: dict[str, tuple[Callable[[bytes], Any], Callable[[S, Envelope[Any]], S]] | None] = {}
-        seal = self._seal
+        plan: dict[str, tuple[Callable[[bytes], Any], Callable[[Any, Envelope[Any]], Any]]] = {}
+        seal = self._step_seal()
         make = tuple.__new__
+        work = self._working(state)
         folded = 0
         for index in range(start, len(events)):
             event = events[index]
             kind = event[4]
             if kind == stop:
-                return state, index, folded
-            try:
-                steps = plan[kind]
-            except KeyError:
+                return self._settled(work), index, folded
+            steps = plan.get(kind)
+            if steps is None:
                 registered = handlers.get(kind)
-                steps = plan[kind] = (
-                    None
-                    if registered is None
-                    else (
-                        registered.event.__pydantic_validator__.validate_json,
-                        registered.apply,
-                    )
-                )
-            if steps is None or (run_scoped and event[8] != run_id):
+                if registered is None:
+                    continue
+                validator = registered.event.__pydantic_validator__
+                steps = plan[kind] = (validator.validate_json, registered.apply)
+            if run_scoped and event[8] != run_id:
                 continue
             try:
                 payload = steps[0](event[5])
@@ -182,10 +183,12 @@ class FoldBase(Generic[S]):
             envelope = make(Envelope, (payload, event[6:], event[1], event[3], event[2], kind))
             folded += 1
             try:
-                state = seal(steps[1](state, envelope))
+                work = steps[1](work, envelope)
+                if seal is not None:
+                    work = seal(work)
             except MissingSegmentError:
                 skip("missing-segment", event, "no segment to attach to")
-        return state, len(events), folded
+        return self._settled(work), len(events), folded
 
     def _per_event(self) -> bool:
         """Whether this fold overrides decode or apply_reporting (so reads go through them)."""
@@ -240,6 +243,19 @@ class FoldBase(Generic[S]):
 
     def _seal(self, state: S) -> S:
         return freeze(state)  # type: ignore[no-any-return]
+
+    # What handlers' steps fold into while a run of events folds: the state itself here; a
+    # fold may work on a mutable form instead, settled into a state once per run.
+
+    def _working(self, state: S) -> Any:
+        return state
+
+    def _settled(self, work: Any) -> S:
+        return work  # type: ignore[no-any-return]
+
+    def _step_seal(self) -> Callable[[Any], Any] | None:
+        """What seals the result of each step, or None when the steps seal it themselves."""
+        return self._seal
 
     # -- checkpoints --------------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..events import E, Envelope
 from .fold import STRICT_EXTRA, FoldBase, Scope
-from .freeze import freeze
+from .freeze import _LEAVES, freeze
 
 __all__ = ["OnMissing", "Segment", "SegmentedFold", "SegmentedState"]
 
@@ -34,7 +34,7 @@ M = TypeVar("M")
 OnMissing = Literal["report", "ignore"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Segment(Generic[D]):
     """One atomic unit of a segmented state: its id (unique, addresses it in views) and data."""
 
@@ -45,6 +45,19 @@ class Segment(Generic[D]):
     # field: dataclasses.replace(segment, data=…) would hand the copy the original's memo.
     _memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    def __init__(self, id: str, data: D) -> None:
+        # The slots' own setters: a frozen dataclass's generated __init__ goes through
+        # object.__setattr__ per field, and a cold read makes a segment per open and attach.
+        _SET_ID(self, id)
+        _SET_DATA(self, data)
+        _SET_MEMO(self, {})
+
+
+_SLOTS: Any = vars(Segment)
+_SET_ID = _SLOTS["id"].__set__
+_SET_DATA = _SLOTS["data"].__set__
+_SET_MEMO = _SLOTS["_memo"].__set__
+
 
 # The concrete vector type: PVector is an abstract base class, and an isinstance check
 # against it (its __instancecheck__) cost more than the append it guarded in every handler.
@@ -52,21 +65,33 @@ _PVECTOR: type[Any] = type(pvector())
 
 
 class _Ids:
-    """Segment id -> positions (ascending), shared by a line of states: an open by the
-    newest state (the one as long as the index) appends to it in place, O(1); an open by
-    an older one (a fork) gets no index and builds its own on its first attach. A state
-    reads only the positions below its length, which its own segments wrote. Not a
-    pyrsistent pmap: a young-generation GC pass traverses its new nodes, and merging
-    immutable levels cost O(log n) per open, growing with the history."""
+    """Segment id -> position, shared by a line of states: an open by the newest state
+    (the one as long as the index) adds to it in place, O(1); an open by an older one (a
+    fork) gets no index and builds its own on its first attach. A state reads only the
+    positions below its length, which its own segments wrote. An id held by one segment
+    (the usual case) maps to its position, an id held by several to their positions
+    ascending: one list per segment would be one more object per segment for the collector
+    to walk. Not a pyrsistent pmap: a young-generation GC pass traverses its new nodes, and
+    merging immutable levels cost O(log n) per open, growing with the history."""
 
     __slots__ = ("_lock", "length", "positions")
 
-    def __init__(self, segments: Sequence[Segment[Any]]) -> None:
-        self.positions: dict[str, list[int]] = {}
-        for position, segment in enumerate(segments):
-            self.positions.setdefault(segment.id, []).append(position)
+    def __init__(self, segments: Any) -> None:
+        """The index of ``segments``: a sequence, or a vector's evolver (indexable only)."""
+        self.positions: dict[str, int | list[int]] = {}
         self.length = len(segments)
+        for position in range(self.length):
+            self._add(segments[position].id, position)
         self._lock = Lock()
+
+    def _add(self, segment_id: str, position: int) -> None:
+        held = self.positions.get(segment_id)
+        if held is None:
+            self.positions[segment_id] = position
+        elif isinstance(held, int):
+            self.positions[segment_id] = [held, position]
+        else:
+            held.append(position)
 
     def opened(self, segment_id: str, position: int) -> _Ids | None:
         """This index with the segment at ``position`` added, or None when a later state
@@ -74,7 +99,7 @@ class _Ids:
         with self._lock:
             if self.length != position:
                 return None
-            self.positions.setdefault(segment_id, []).append(position)
+            self._add(segment_id, position)
             self.length += 1
             return self
 
@@ -93,17 +118,6 @@ class SegmentedState(Generic[D, M]):
         if type(self.segments) is not _PVECTOR:
             object.__setattr__(self, "segments", pvector(self.segments))
 
-    def _positions(self, segment_id: str) -> Iterator[int]:
-        """The positions of the segments with this id, newest first."""
-        ids = self._ids
-        if ids is None:
-            ids = _Ids(self.segments)
-            object.__setattr__(self, "_ids", ids)
-        length = len(self.segments)
-        for position in reversed(ids.positions.get(segment_id, ())):
-            if position < length:
-                yield position
-
     def __iter__(self) -> Iterator[Segment[D]]:
         return iter(self.segments)
 
@@ -120,6 +134,41 @@ def _derived(
     object.__setattr__(state, "summary", summary)
     object.__setattr__(state, "_ids", ids)
     return state
+
+
+class _Folding:
+    """A segmented state while a run of events folds into it: the segments as an evolver of
+    its vector, set and appended in place, so a run of opens and attaches makes no state
+    and copies no vector path per event; settled into a state once per run (a page of a
+    read, or one event of ``apply``). The state it started from is left as it is."""
+
+    __slots__ = ("ids", "origin", "segments")
+
+    def __init__(self, state: SegmentedState[Any, Any]) -> None:
+        self.origin = state
+        self.segments: Any = state.segments.evolver()  # type: ignore[attr-defined]
+        self.ids = state._ids
+
+    def settled(self) -> SegmentedState[Any, Any]:
+        """The state folded so far: the one it started from when nothing changed."""
+        origin = self.origin
+        if not self.segments.is_dirty():
+            if origin._ids is None and self.ids is not None:
+                object.__setattr__(origin, "_ids", self.ids)  # its own segments' index
+            return origin
+        return _derived(self.segments.persistent(), origin.summary, self.ids)
+
+    def newest(self, held: list[int], kind: Any, tag: str | None) -> int | None:
+        """The newest of ``held`` (the positions of one id) below this state's length with
+        the kind, when given: positions at or past it were written by longer states sharing
+        the index."""
+        length = len(self.segments)
+        for position in reversed(held):
+            if position < length and (
+                kind is None or tag is None or _kind_of(self.segments[position].data, tag) == kind
+            ):
+                return position
+        return None
 
 
 def _kind_of(data: Any, tag: str) -> Any:
@@ -172,6 +221,15 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
             )
         return state
 
+    def _working(self, state: SegmentedState[Any, Any]) -> _Folding:
+        return _Folding(state)
+
+    def _settled(self, work: _Folding) -> SegmentedState[Any, Any]:
+        return work.settled()
+
+    def _step_seal(self) -> None:
+        return None  # open and attach make segments frozen; on() seals what its handler returns
+
     # -- handlers -----------------------------------------------------------------------------
 
     def open(
@@ -182,24 +240,26 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
         def register(
             fn: Callable[[Envelope[E]], Segment[Any]],
         ) -> Callable[[Envelope[E]], Segment[Any]]:
-            def apply(
-                state: SegmentedState[Any, Any], env: Envelope[Any]
-            ) -> SegmentedState[Any, Any]:
+            def step(work: _Folding, env: Envelope[Any]) -> _Folding:
                 segment = fn(env)
-                if not isinstance(segment, Segment):
-                    raise FoldDefinitionError(
-                        f"fold {self.name}: open handler for {env.type} must return a Segment"
-                    )
-                data = freeze(segment.data)
-                if data is not segment.data or type(segment) is not Segment:
-                    segment = Segment(segment.id, data)
-                segments: Any = state.segments  # a pvector (__post_init__ makes one)
-                ids = state._ids
+                if type(segment) is not Segment:
+                    if not isinstance(segment, Segment):
+                        raise FoldDefinitionError(
+                            f"fold {self.name}: open handler for {env.type} must return a Segment"
+                        )
+                    segment = Segment(segment.id, segment.data)
+                data = segment.data
+                if type(data) not in _LEAVES:  # frozen already: kept as it is
+                    frozen = freeze(data)
+                    if frozen is not data:
+                        segment = Segment(segment.id, frozen)
+                ids = work.ids
                 if ids is not None:
-                    ids = ids.opened(segment.id, len(segments))
-                return _derived(segments.append(segment), state.summary, ids)
+                    work.ids = ids.opened(segment.id, len(work.segments))
+                work.segments.append(segment)
+                return work
 
-            self._register(event, apply)
+            self._register(event, step)
             return fn
 
         return register
@@ -219,28 +279,46 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
             raise FoldDefinitionError(f"fold {self.name}: on_missing must be 'report' or 'ignore'")
         if kind is not None and self.tag is None:
             raise FoldDefinitionError(f"fold {self.name}: attach(kind=…) needs the fold's tag= set")
-        tag = self.tag
+        tag = self.tag or ""  # read only with kind, which needs a tag
+        report = on_missing == "report"
 
         def register(fn: Callable[[Any, Envelope[E]], Any]) -> Callable[[Any, Envelope[E]], Any]:
-            def apply(
-                state: SegmentedState[Any, Any], env: Envelope[Any]
-            ) -> SegmentedState[Any, Any]:
+            def step(work: _Folding, env: Envelope[Any]) -> _Folding:
                 target = to(env)
-                segments: Any = state.segments  # a pvector (__post_init__ makes one)
-                for index in state._positions(target):
-                    segment = segments[index]
-                    if kind is not None and tag is not None and _kind_of(segment.data, tag) != kind:
-                        continue
-                    data = fn(segment.data, env)
-                    if data is segment.data:
-                        return state
-                    updated = Segment(segment.id, freeze(data))
-                    return _derived(segments.set(index, updated), state.summary, state._ids)
-                if on_missing == "report":
-                    raise MissingSegmentError(target)
-                return state
+                segments = work.segments
+                ids = work.ids
+                if ids is None:
+                    ids = work.ids = _Ids(segments)
+                held = ids.positions.get(target)
+                segment = None
+                if isinstance(held, int):  # one segment with the id, the usual case: inlined
+                    if held < len(segments):
+                        segment = segments[held]
+                        if kind is not None:
+                            data = segment.data
+                            found = (
+                                data.get(tag)
+                                if isinstance(data, dict)
+                                else getattr(data, tag, None)
+                            )
+                            if found != kind:
+                                segment = None
+                elif held is not None:
+                    held = work.newest(held, kind, tag)
+                    if held is not None:
+                        segment = segments[held]
+                if segment is None:
+                    if report:
+                        raise MissingSegmentError(target)
+                    return work
+                data = fn(segment.data, env)
+                if data is not segment.data:
+                    segments[held] = Segment(
+                        segment.id, data if type(data) in _LEAVES else freeze(data)
+                    )
+                return work
 
-            self._register(event, apply)
+            self._register(event, step)
             return fn
 
         return register
@@ -255,7 +333,10 @@ class SegmentedFold(FoldBase[SegmentedState[Any, Any]]):
         def register(
             fn: Callable[[SegmentedState[Any, Any], Envelope[E]], SegmentedState[Any, Any]],
         ) -> Any:
-            self._register(event, fn)
+            def step(work: _Folding, env: Envelope[Any]) -> _Folding:
+                return _Folding(self._seal(fn(work.settled(), env)))
+
+            self._register(event, step)
             return fn
 
         return register
