@@ -1,7 +1,7 @@
 """The cold read's page folding: ``fold_stored`` equals decoding and applying event by event
-(skips included), the collector stays paused over the whole catch-up and concurrent reads
-share one pause, and a tampered row in a real SQLite file is left out and reported by
-stream and position, never folded as wrong state."""
+(skips included), the collector's older generations wait over the whole catch-up (reads
+running together share one such spell), and a tampered row in a real SQLite file is left
+out and reported by stream and position, never folded as wrong state."""
 
 from __future__ import annotations
 
@@ -232,9 +232,16 @@ def test_a_fold_that_overrides_apply_reporting_is_read_through_it() -> None:
 
 # -- the collector -------------------------------------------------------------------------------
 
+THRESHOLDS = gc.get_threshold()
+
+
+def _waiting() -> bool:
+    """Whether the collector is held to its youngest generation (as a read holds it)."""
+    return gc.get_threshold() == (THRESHOLDS[0], 2**31 - 1, 2**31 - 1)
+
 
 class _GatedStore(MemoryStore):
-    """A memory store whose reads record whether the collector runs, and whose reads of
+    """A memory store whose reads record whether the older generations wait, and whose reads of
     ``gated`` streams wait until ``gate`` is set."""
 
     def __init__(self) -> None:
@@ -245,14 +252,14 @@ class _GatedStore(MemoryStore):
         self.waiting = asyncio.Event()
 
     async def read(self, namespace: str, stream: str, **kwargs: Any) -> cf.ReadResult:
-        self.collector.append((stream, gc.isenabled()))
+        self.collector.append((stream, _waiting()))
         if stream in self.gated and kwargs.get("after") is not None:
             self.waiting.set()
             await self.gate.wait()
         return await super().read(namespace, stream, **kwargs)
 
 
-async def test_the_collector_stays_paused_over_every_page_and_store_read_of_a_cold_read(
+async def test_the_older_generations_wait_over_every_page_and_store_read_of_a_cold_read(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr("contextfold.folds.reader.PAGE", 3)
@@ -260,12 +267,12 @@ async def test_the_collector_stays_paused_over_every_page_and_store_read_of_a_co
     journal = cf.Journal(store)
     try:
         await journal.append("s", [Counted(n=i) for i in range(10)])
-        assert gc.isenabled()
+        assert not _waiting()
         state = await journal.fold(COUNTS, "s")
         assert [n for n, _, _ in state] == list(range(10))
-        pages = [enabled for stream, enabled in store.collector if stream == "s"]
-        assert len(pages) >= 4 and not any(pages)  # every page read with the collector paused
-        assert gc.isenabled()
+        pages = [waiting for stream, waiting in store.collector if stream == "s"]
+        assert len(pages) >= 4 and all(pages)  # every page read without older generations
+        assert not _waiting() and gc.get_threshold() == THRESHOLDS
     finally:
         await journal.close()
 
@@ -282,15 +289,61 @@ async def test_concurrent_cold_reads_share_one_pause_that_ends_with_the_last() -
         journal.folds.cache.drop(lambda key: key[1] == "fast")
         slow = asyncio.create_task(journal.fold(COUNTS, "slow"))
         await store.waiting.wait()  # the slow read holds the pause, waiting on the store
-        assert not gc.isenabled()
+        assert _waiting()
         fast = await journal.fold(COUNTS, "fast")
         assert len(fast) == 3
-        assert not gc.isenabled()  # the fast read ended, the slow one still folds
+        assert _waiting()  # the fast read ended, the slow one still folds
         store.gate.set()
         slow_state = await slow
         assert len(slow_state) == 4
-        assert gc.isenabled()
+        assert gc.get_threshold() == THRESHOLDS
     finally:
+        await journal.close()
+
+
+async def test_only_young_collections_run_while_a_read_folds() -> None:
+    kept: list[list[list[int]]] = []
+    generations: list[int] = []
+    fold: cf.Fold[int] = cf.Fold("coldpath_allocating", state=int, initial=int)
+
+    @fold.on(Counted)
+    def _(state: int, ev: cf.Envelope[Counted]) -> int:
+        kept.append([[] for _ in range(500)])  # alive until the read ends: the young fill
+        return len(generations)  # collections so far
+
+    def watch(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            generations.append(info["generation"])
+
+    journal = cf.open_journal("memory://")
+    try:
+        await journal.append("s", [Counted(n=i) for i in range(20)])
+        gc.callbacks.append(watch)
+        try:
+            during = await journal.fold(fold, "s")
+        finally:
+            gc.callbacks.remove(watch)
+        assert during > 0  # the young generation was collected while the read folded
+        assert set(generations) == {0}
+    finally:
+        await journal.close()
+
+
+async def test_thresholds_changed_during_a_read_are_kept() -> None:
+    fold: cf.Fold[int] = cf.Fold("coldpath_retunes", state=int, initial=int)
+
+    @fold.on(Counted)
+    def _(state: int, ev: cf.Envelope[Counted]) -> int:
+        gc.set_threshold(500, 5, 5)  # the application tunes the collector meanwhile
+        return state + 1
+
+    journal = cf.open_journal("memory://")
+    try:
+        await journal.append("s", [Counted(n=1)])
+        await journal.fold(fold, "s")
+        assert gc.get_threshold() == (500, 5, 5)
+    finally:
+        gc.set_threshold(*THRESHOLDS)
         await journal.close()
 
 
@@ -320,7 +373,7 @@ async def test_a_handler_that_raises_fails_the_read_and_resumes_the_collector() 
         await journal.append("s", [Counted(n=i) for i in range(4)])
         with pytest.raises(RuntimeError, match="handler bug"):
             await journal.fold(fold, "s")
-        assert gc.isenabled()
+        assert gc.isenabled() and gc.get_threshold() == THRESHOLDS
     finally:
         await journal.close()
 

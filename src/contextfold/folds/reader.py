@@ -304,10 +304,11 @@ class FoldReader:
         )
         state, cursor, checkpoint_at = entry.state, entry.cursor, entry.checkpoint_at
         folded = 0
-        # The collector paused over the whole catch-up, store reads included: every handler
-        # makes young objects that live as long as the state, and collecting them as they
-        # come (full passes over a state of 100k events) cost more than folding them.
-        with _collector_paused():
+        # Young collections only over the whole catch-up, store reads included: every
+        # handler makes objects that live as long as the state, and passes of the older
+        # generations over a growing state (full ones at 100k events) cost more than
+        # folding them.
+        with _young_collections_only():
             while True:
                 page = await self.store.read(
                     namespace, stream, after=cursor, types=types, limit=PAGE
@@ -376,30 +377,39 @@ class FoldReader:
         return state, cursor, checkpoint_at, folded, False
 
 
+_NEVER = 2**31 - 1
+
+
 class _Collector:
-    """Pauses the garbage collector while any cold read folds: reads running together
-    share one pause, and it ends as the last of them ends, with the collector as the
-    first found it (a caller that disabled it keeps it disabled)."""
+    """Keeps the garbage collector to its youngest generation while any read folds.
+
+    A read makes objects that live as long as the state: collected young, while they are
+    still in the cache, they cost little; the older generations would walk the whole
+    state again and again as it grows. Reads running together share one such spell; it
+    ends as the last of them ends, with the thresholds as the first found them (unless
+    something else changed them meanwhile). A caller that disabled the collector keeps it
+    disabled.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._readers = 0
-        self._resume = False
+        self._saved = gc.get_threshold()
 
     @contextmanager
-    def paused(self) -> Iterator[None]:
+    def young_only(self) -> Iterator[None]:
         with self._lock:
             if self._readers == 0:
-                self._resume = gc.isenabled()
-                gc.disable()
+                self._saved = gc.get_threshold()
+                gc.set_threshold(self._saved[0], _NEVER, _NEVER)
             self._readers += 1
         try:
             yield
         finally:
             with self._lock:
                 self._readers -= 1
-                if self._readers == 0 and self._resume:
-                    gc.enable()
+                if self._readers == 0 and gc.get_threshold() == (self._saved[0], _NEVER, _NEVER):
+                    gc.set_threshold(*self._saved)
 
 
-_collector_paused = _Collector().paused
+_young_collections_only = _Collector().young_only
