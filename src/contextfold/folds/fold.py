@@ -150,21 +150,46 @@ class FoldBase(Generic[S]):
         :meth:`decode` then :meth:`apply_reporting` per event, which a fold overriding
         either is read through.
         """
+        work, index, folded = self._fold_into(
+            self._open_read(state), events, start, stop, run_id, run_scoped, skip
+        )
+        return self._close_read(work), index, folded
+
+    # A read of many pages folds them all into one working form (see _working), settled
+    # into a state once at its end: a state per page would be a new vector per page for
+    # the collector to walk whole.
+
+    def _open_read(self, state: S) -> Any:
+        return state if self._per_event() else self._working(state)
+
+    def _close_read(self, work: Any) -> S:
+        return work if self._per_event() else self._settled(work)
+
+    def _fold_into(
+        self,
+        work: Any,
+        events: Sequence[StoredEvent],
+        start: int,
+        stop: str | None,
+        run_id: str | None,
+        run_scoped: bool,
+        skip: Skip,
+    ) -> tuple[Any, int, int]:
+        """:meth:`fold_stored` on a read's working form (from :meth:`_open_read`)."""
         if self._per_event():
-            return self._fold_each(state, events, start, stop, run_id, run_scoped, skip)
+            return self._fold_each(work, events, start, stop, run_id, run_scoped, skip)
         handlers = self._handlers
         # Per read, not per definition: an event class may complete its schema after the
         # fold is defined (forward references), and its validator is read when first used.
         plan: dict[str, tuple[Callable[[bytes], Any], Callable[[Any, Envelope[Any]], Any]]] = {}
         seal = self._step_seal()
         make = tuple.__new__
-        work = self._working(state)
         folded = 0
         for index in range(start, len(events)):
             event = events[index]
             kind = event[4]
             if kind == stop:
-                return self._settled(work), index, folded
+                return work, index, folded
             steps = plan.get(kind)
             if steps is None:
                 registered = handlers.get(kind)
@@ -188,7 +213,7 @@ class FoldBase(Generic[S]):
                     work = seal(work)
             except MissingSegmentError:
                 skip("missing-segment", event, "no segment to attach to")
-        return self._settled(work), len(events), folded
+        return work, len(events), folded
 
     def _per_event(self) -> bool:
         """Whether this fold overrides decode or apply_reporting (so reads go through them)."""

@@ -302,7 +302,11 @@ class FoldReader:
             if fold.can_checkpoint
             else list(fold.event_types)
         )
-        state, cursor, checkpoint_at = entry.state, entry.cursor, entry.checkpoint_at
+        work, cursor, checkpoint_at = (
+            fold._open_read(entry.state),
+            entry.cursor,
+            entry.checkpoint_at,
+        )
         folded = 0
         # Young collections only over the whole catch-up, store reads included: every
         # handler makes objects that live as long as the state, and passes of the older
@@ -315,18 +319,19 @@ class FoldReader:
                 )
                 if page.reset and cursor is not None:
                     return entry, folded, True
-                state, cursor, checkpoint_at, folded, rebased = await self._fold_page(
+                work, cursor, checkpoint_at, folded, rebased = await self._fold_page(
                     fold,
                     namespace,
                     stream,
                     page.events,
-                    state,
+                    work,
                     cursor,
                     checkpoint_at,
                     run_id,
                     folded,
                 )
                 if not rebased and not page.more:
+                    state = fold._close_read(work)
                     return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
 
     async def _fold_page(
@@ -335,14 +340,14 @@ class FoldReader:
         namespace: str,
         stream: str,
         events: Sequence[StoredEvent],
-        state: S,
+        work: Any,
         cursor: str | None,
         checkpoint_at: int,
         run_id: str | None,
         folded: int,
-    ) -> tuple[S, str | None, int, int, bool]:
-        """``events`` folded into ``state``: (state, cursor, checkpoint_at, folded, rebased);
-        stops at a checkpoint that restores (rebased)."""
+    ) -> tuple[Any, str | None, int, int, bool]:
+        """``events`` folded into the read's working form: (work, cursor, checkpoint_at,
+        folded, rebased); stops at a checkpoint that restores (rebased)."""
         checkpoint = fold.checkpoint_type if fold.can_checkpoint else None
         run_scoped = fold.scope == "run"
 
@@ -351,14 +356,8 @@ class FoldReader:
 
         index = 0
         while index < len(events):
-            state, index, count = fold.fold_stored(
-                state,
-                events,
-                index,
-                stop=checkpoint,
-                run_id=run_id,
-                run_scoped=run_scoped,
-                skip=skip,
+            work, index, count = fold._fold_into(
+                work, events, index, checkpoint, run_id, run_scoped, skip
             )
             folded += count
             if index == len(events):
@@ -371,10 +370,11 @@ class FoldReader:
             if restored is not None:
                 # Rebase: the checkpoint replaces the state; events after its through are
                 # folded again on top of it (some of them were folded already).
-                return restored.state, restored.cursor, restored.checkpoint_at, folded, True
+                rebased = fold._open_read(restored.state)
+                return rebased, restored.cursor, restored.checkpoint_at, folded, True
         if events:
             cursor = events[-1].cursor
-        return state, cursor, checkpoint_at, folded, False
+        return work, cursor, checkpoint_at, folded, False
 
 
 _NEVER = 2**31 - 1
