@@ -47,18 +47,34 @@ def build(journal: cf.Journal, stream: str) -> cf.Agent:
 
 
 async def child(dsn: str, namespace: str, lease: bool, concurrency: int) -> None:
-    """A worker process: ready once its journal is open, serving from "go" on stdin until
-    SIGTERM (or stdin closes)."""
+    """A worker process: ready once warm (its pool connected, one turn of its own served),
+    serving from "go" on stdin until SIGTERM (or stdin closes)."""
     import signal
 
-    async with cf.open_journal(dsn, namespace=namespace, max_size=concurrency + 4) as journal:
-        await journal.list_streams(limit=1)  # connected before the clock starts
+    size = concurrency + 4
+    async with cf.open_journal(dsn, namespace=namespace, min_size=size, max_size=size) as journal:
+        await warm_up(journal.with_namespace(f"{namespace}-warm-{os.getpid()}"), lease)
         worker = cf.Worker(journal, build, concurrency=concurrency, lease=lease)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         await worker.run()
+
+
+async def warm_up(journal: cf.Journal, lease: bool) -> None:
+    """One turn served in a namespace of the process's own, before the clock starts: a
+    long-running worker has its imports, caches and prepared statements warm."""
+    await journal.append(
+        "warm", [cf.system_prompt("You answer."), cf.ContextAdded(role="user", content="hi")]
+    )
+    worker = cf.Worker(journal, build, lease=lease, poll_interval=0.01)
+    task = asyncio.create_task(worker.run())
+    while not await journal.latest("warm", [RESPONSE]):
+        await asyncio.sleep(0.01)
+    worker.stop()
+    await task
+    await journal.delete_stream("warm")
 
 
 @contextmanager

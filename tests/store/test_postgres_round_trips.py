@@ -1,12 +1,15 @@
 """PostgreSQL appends without an idempotency key are one statement in its own transaction
 (no pipeline, no transaction block): one round trip, and concurrent ones still give every
-stream gapless positions whose global positions grow with them."""
+stream gapless positions whose global positions grow with them. Their NOTIFY is sent
+after their commit, never inside their transaction (where PostgreSQL's notification lock
+would make every append of the database commit one at a time)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import aclosing
 from typing import Any
 
 import psycopg
@@ -14,6 +17,7 @@ import pytest
 
 from contextfold.events import Event, StoredEvent
 from contextfold.journal import open_journal
+from contextfold.store.postgres import NOTIFY_CHANNEL, PostgresStore, wake_key
 
 
 class Note(Event, type="test.round-trips/note"):
@@ -28,12 +32,14 @@ def _n(stored: StoredEvent) -> int:
 
 @pytest.fixture
 def driver_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[Counter[str]]:
-    """How often the store's connections run a statement, open a pipeline or a transaction."""
+    """How often the store's connections run a statement, open a pipeline or a transaction
+    (the wake-ups sent after appends left out)."""
     calls: Counter[str] = Counter()
 
     def spy(name: str, method: Any) -> Any:
         def counted(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
+            if not (len(args) > 1 and "pg_notify" in str(args[1])):
+                calls[name] += 1
             return method(*args, **kwargs)
 
         return counted
@@ -79,3 +85,21 @@ async def test_concurrent_appends_to_one_stream_are_gapless_in_global_order(
         assert globals_ == sorted(globals_)
         pairs = [_n(e) for e in events[1:]]
         assert all(a == b for a, b in zip(pairs[::2], pairs[1::2], strict=True))
+
+
+async def test_an_append_notifies_after_its_transaction_not_inside_it(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        async with aclosing(listener.notifies()) as notifies, open_journal(pg_dsn) as journal:
+            await journal.append("s", Note(n=1))  # notified once committed
+            first = await asyncio.wait_for(anext(notifies), 30)
+            assert first.payload == wake_key("default", "s")
+            posted: list[str] = []
+            monkeypatch.setattr(PostgresStore, "_post", lambda self, key: posted.append(key))
+            await journal.append("t", Note(n=2))  # its transaction sends nothing itself
+            async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
+                await other.execute("SELECT pg_notify(%s, 'marker')", (NOTIFY_CHANNEL,))
+            second = await asyncio.wait_for(anext(notifies), 30)
+            assert second.payload == "marker" and posted == [wake_key("default", "t")]

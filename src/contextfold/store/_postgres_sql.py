@@ -1,5 +1,6 @@
 """The PostgreSQL store's schema and statements: tables, the NOTIFY channel, and the SQL
-of an append (one pipelined transaction) and of reads (one snapshot each)."""
+of an append (one statement, or a pipelined transaction with an idempotency key), of its
+wake-ups, and of reads (one snapshot each)."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ WITH cur AS (
     SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s, g FROM last
     WHERE %(key)s::text IS NOT NULL
 )
-SELECT v, g, pg_notify('{NOTIFY_CHANNEL}', %(wake)s) FROM last
+SELECT v, g FROM last
 """
 # An append with an expected version and no idempotency key in one statement, one round
 # trip: the stream row is locked and bumped only at the expected version (created only when
@@ -120,6 +121,14 @@ _INSERT_ANY = _INSERT.replace(
 )""",
 )
 assert _INSERT_ANY != _INSERT
+# The wake-ups of appends that committed, one per stream, in a transaction of their own
+# that commits without waiting for its WAL flush. A NOTIFY in the append's transaction
+# would hold PostgreSQL's database-wide notification lock through the append's flush:
+# every append of every process would commit one after another, never as a group.
+_NOTIFY_MANY = f"""
+SELECT set_config('synchronous_commit', 'off', true),
+       (SELECT count(pg_notify('{NOTIFY_CHANNEL}', k)) FROM unnest(%(keys)s::text[]) AS k)
+"""
 # One statement, one snapshot: an unknown cursor gives no row, a known one at least one.
 _READ_AFTER = f"""
 SELECT e.* FROM cf_events c LEFT JOIN LATERAL (

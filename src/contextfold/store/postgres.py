@@ -6,8 +6,10 @@ events. Writers of one stream therefore queue on that row lock, positions are co
 under it, and global positions (an identity column, never reused) are drawn only after
 it, so they grow with positions inside a stream. An append is one statement (one round
 trip) unless it has an idempotency key: then two, pipelined. Every committed append
-sends a NOTIFY; ``subscribe`` wakes on it through one listening connection per store and
-re-reads every ``poll_fallback`` seconds anyway, so a lost notification only delays.
+sends a NOTIFY right after its commit, from a task that sends what appends committed
+meanwhile in one statement (see ``_NOTIFY_MANY`` for why not inside the append);
+``subscribe`` wakes on it through one listening connection per store and re-reads every
+``poll_fallback`` seconds anyway, so a lost notification only delays.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ._postgres_sql import (
     _INSERT_ANY,
     _INSERT_EXPECTED,
     _LOCK,
+    _NOTIFY_MANY,
     _PAGE,
     _READ,
     _READ_AFTER,
@@ -62,6 +65,8 @@ from .base import (
 __all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url", "wake_key"]
 
 R = TypeVar("R")
+
+_DRAIN = 5.0  # seconds a closing store waits for its last wake-ups to be sent
 
 
 class PostgresStore(Store):
@@ -102,6 +107,8 @@ class PostgresStore(Store):
         self._open_lock = asyncio.Lock()
         self._listen_lock = asyncio.Lock()
         self._next_listen = 0.0
+        self._outbox: set[str] = set()  # wake keys of committed appends, not yet sent
+        self._sender: asyncio.Task[None] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -166,6 +173,11 @@ class PostgresStore(Store):
         if self._closed:
             return
         self._closed = True
+        sender = self._sender
+        if sender is not None:
+            await asyncio.wait({sender}, timeout=_DRAIN)
+            sender.cancel()
+            await asyncio.wait({sender})
         await self._stop_listening()
         self._wake_all()
         if self._pool is not None:
@@ -192,7 +204,6 @@ class PostgresStore(Store):
             "n": n,
             "key": idempotency_key,
             "digest": digest,
-            "wake": wake,
             "types": [e.type for e in events],
             "data": [e.data for e in events],
             "ids": [m.event_id for m in metas],
@@ -237,6 +248,7 @@ class PostgresStore(Store):
             assert expected_version is not None
             raise wrong_version(stream, expected_version, await self.version(namespace, stream))
         self._wake(wake)
+        self._post(wake)
         version, last_global = last[0], last[1]
         return AppendResult(stream, version + 1, version + n, str(last_global))
 
@@ -450,6 +462,25 @@ class PostgresStore(Store):
         finally:
             if conn is not None:
                 await conn.close()
+
+    # -- wake-ups of other processes ------------------------------------------------------
+
+    def _post(self, key: str) -> None:
+        """Have the NOTIFY of a committed append sent (with any others posted meanwhile)."""
+        self._outbox.add(key)
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_wakeups(), name="contextfold-notify")
+
+    async def _send_wakeups(self) -> None:
+        # The pool, not _connection: a closing store still sends what it has posted.
+        while self._outbox and self._pool is not None:
+            keys = sorted(self._outbox)
+            self._outbox.clear()
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(_NOTIFY_MANY, {"keys": keys})
+            except (psycopg.Error, OSError, PoolTimeout, PoolClosed):
+                return  # listeners re-read every poll_fallback: a lost wake-up only delays
 
     def _wake(self, key: str) -> None:
         for waiter in self._wakers.get(key, ()):
