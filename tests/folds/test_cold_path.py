@@ -230,6 +230,35 @@ def test_a_fold_that_overrides_apply_reporting_is_read_through_it() -> None:
     assert (state, folded, seen) == ((4, 5), 2, [1, 2])
 
 
+async def test_a_read_of_many_pages_settles_its_state_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("contextfold.folds.reader.PAGE", 4)
+    fold = cf.SegmentedFold("coldpath_pages", data=Item, tag=None)
+    fold.open(Opened)(_opened)
+    fold.attach(Added, to=lambda ev: ev.payload.id, on_missing="report")(_added)
+    settled: list[int] = []
+    original = fold._settled
+
+    def spy(work: Any) -> cf.SegmentedState[Any, Any]:
+        state = original(work)
+        settled.append(len(state))
+        return state
+
+    monkeypatch.setattr(fold, "_settled", spy)
+    journal = cf.open_journal("memory://")
+    try:
+        await journal.append("s", [Opened(id=f"s{i}") for i in range(9)])
+        await journal.append("s", [Added(id=f"s{i}", value=i) for i in range(9)])
+        state = await journal.fold(fold, "s")
+        assert [(s.id, s.data.values) for s in state.segments] == [
+            (f"s{i}", (i,)) for i in range(9)
+        ]
+        assert settled == [9]  # five pages, one state
+    finally:
+        await journal.close()
+
+
 # -- the collector -------------------------------------------------------------------------------
 
 THRESHOLDS = gc.get_threshold()
