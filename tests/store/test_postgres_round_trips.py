@@ -103,3 +103,27 @@ async def test_an_append_notifies_after_its_transaction_not_inside_it(
                 await other.execute("SELECT pg_notify(%s, 'marker')", (NOTIFY_CHANNEL,))
             second = await asyncio.wait_for(anext(notifies), 30)
             assert second.payload == "marker" and posted == [wake_key("default", "t")]
+
+
+async def test_wake_ups_of_appends_committing_together_share_a_statement(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    execute = psycopg.AsyncCursor.execute
+
+    def spy(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if "pg_notify" in str(query):
+            sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    streams = [f"s{n}" for n in range(10)]
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        async with aclosing(listener.notifies()) as notifies, open_journal(pg_dsn) as journal:
+            await journal.append("warm", Note())  # the schema and the pool are ready
+            assert (await asyncio.wait_for(anext(notifies), 30)).payload
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", spy)
+            await asyncio.gather(*(journal.append(s, Note()) for s in streams))
+            woken = {(await asyncio.wait_for(anext(notifies), 30)).payload for _ in streams}
+    assert woken == {wake_key("default", s) for s in streams}
+    assert 1 <= len(sent) < len(streams)

@@ -67,6 +67,7 @@ __all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url", "wak
 R = TypeVar("R")
 
 _DRAIN = 5.0  # seconds a closing store waits for its last wake-ups to be sent
+_NOTIFY_WINDOW = 0.005  # seconds a wake-up waits for others to share its statement
 
 
 class PostgresStore(Store):
@@ -474,6 +475,8 @@ class PostgresStore(Store):
     async def _send_wakeups(self) -> None:
         # The pool, not _connection: a closing store still sends what it has posted.
         while self._outbox and self._pool is not None:
+            if not self._closed:
+                await asyncio.sleep(_NOTIFY_WINDOW)  # the appends committing meanwhile join
             keys = sorted(self._outbox)
             self._outbox.clear()
             try:
