@@ -128,7 +128,7 @@ class SegmentedState(Generic[D, M]):
 def _derived(
     segments: PVector[Segment[Any]], summary: Any, ids: _Ids | None
 ) -> SegmentedState[Any, Any]:
-    # Not through __init__: the vector is one already, and this runs in every handler.
+    # Not through __init__: the vector is one already.
     state: SegmentedState[Any, Any] = object.__new__(SegmentedState)
     object.__setattr__(state, "segments", segments)
     object.__setattr__(state, "summary", summary)
@@ -137,10 +137,11 @@ def _derived(
 
 
 class _Folding:
-    """A segmented state while a run of events folds into it: the segments as an evolver of
-    its vector, set and appended in place, so a run of opens and attaches makes no state
-    and copies no vector path per event; settled into a state once per run (a page of a
-    read, or one event of ``apply``). The state it started from is left as it is."""
+    """A segmented state while events fold into it: the segments as an evolver of its
+    vector, set and appended in place, so opens and attaches make no state and copy no
+    vector path per event; settled into a state once (at the end of a read, after one
+    event of ``apply``, or before a whole-state handler). The state it started from is
+    left as it is."""
 
     __slots__ = ("ids", "origin", "segments")
 
