@@ -10,6 +10,12 @@ configurations, interleaved and repeated (``--repeats``), medians compared:
 - ``leased_2``: two worker processes on the same namespace, leases on;
 - ``unleased_1``: one worker process with the lease off (``Worker(lease=False)``).
 
+Each worker is warm before the clock starts (its pool connected, one turn of its own
+served), and the tables are vacuumed between runs. With the rates it prints the CPU per
+turn of the workers and of the PostgreSQL processes on this machine: one worker bound by
+its own CPU leaves the database the other core, so on 2 cores two workers reach at most
+``2 * w / (w + p)`` times one, a bound it prints too.
+
 It prints ``RATIO workers_2_vs_1`` (target >= 1.6 on a 2-core machine) and
 ``RATIO workers_leased_vs_unleased`` (target >= 0.8). Usage::
 
@@ -59,7 +65,9 @@ async def child(dsn: str, namespace: str, lease: bool, concurrency: int) -> None
         loop.add_signal_handler(signal.SIGTERM, worker.stop)
         print("ready", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
+        began = time.process_time()
         await worker.run()
+        print(f"cpu {time.process_time() - began}", flush=True)
 
 
 async def warm_up(journal: cf.Journal, lease: bool) -> None:
@@ -114,8 +122,26 @@ def answers(conn: Any, namespace: str) -> int:
     return int(row[0]) if row else 0
 
 
-def run_once(dsn: str, processes: int, lease: bool, streams: int, concurrency: int) -> float:
-    """Turns per second of ``processes`` workers answering ``streams`` fresh streams."""
+def postgres_cpu() -> float:
+    """CPU seconds used so far by the PostgreSQL processes on this machine (0 where /proc
+    cannot tell: the split below then shows the workers only)."""
+    total = 0
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if not (entry / "cmdline").read_bytes().startswith(b"postgres"):
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime and stime, in clock ticks
+    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
+
+
+def run_once(
+    dsn: str, processes: int, lease: bool, streams: int, concurrency: int
+) -> tuple[float, float, float]:
+    """Turns per second of ``processes`` workers answering ``streams`` fresh streams, and
+    the CPU seconds per turn of the workers and of PostgreSQL meanwhile."""
     import psycopg
 
     namespace = f"bench-{secrets.token_hex(4)}"
@@ -129,6 +155,7 @@ def run_once(dsn: str, processes: int, lease: bool, streams: int, concurrency: i
         for worker in children:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
         with psycopg.connect(dsn, autocommit=True) as conn:
+            database = postgres_cpu()
             began = time.perf_counter()
             for worker in children:
                 assert worker.stdin is not None
@@ -137,13 +164,18 @@ def run_once(dsn: str, processes: int, lease: bool, streams: int, concurrency: i
             while answers(conn, namespace) < streams:
                 time.sleep(0.05)
             elapsed = time.perf_counter() - began
+            database = postgres_cpu() - database
     finally:
         for worker in children:
             worker.terminate()
         for worker in children:
             worker.wait(60)
+    # A worker's CPU runs until its SIGTERM: a little past the last answer.
+    used = sum(float(w.stdout.read().split()[-1]) for w in children if w.stdout is not None)
     asyncio.run(drop(dsn, namespace))
-    return streams / elapsed
+    with psycopg.connect(dsn, autocommit=True) as conn:  # no autovacuum in the next run
+        conn.execute("VACUUM (ANALYZE) cf_events, cf_streams, cf_idempotency")
+    return streams / elapsed, used / streams, database / streams
 
 
 async def drop(dsn: str, namespace: str) -> None:
@@ -165,18 +197,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     configs = {"leased_1": (1, True), "leased_2": (2, True), "unleased_1": (1, False)}
     rates: dict[str, list[float]] = {name: [] for name in configs}
+    cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in configs}
     with postgres_dsn() as dsn:
         asyncio.run(load(dsn, "bench-warmup", 1))  # the schema, before processes race for it
         asyncio.run(drop(dsn, "bench-warmup"))
         for _ in range(args.repeats):
             for name, (processes, lease) in configs.items():
-                rate = run_once(dsn, processes, lease, args.streams, args.concurrency)
+                rate, workers, database = run_once(
+                    dsn, processes, lease, args.streams, args.concurrency
+                )
                 rates[name].append(rate)
+                cpu[name].append((workers, database))
                 print(f"  {name:<11} {rate:8.1f} turns/s", flush=True)
     median = {name: statistics.median(values) for name, values in rates.items()}
     print(f"\n== workers: {args.streams} streams, concurrency {args.concurrency} per process")
     for name, value in median.items():
-        print(f"  {name:<11} median {value:8.1f} turns/s")
+        workers = statistics.median(w for w, _ in cpu[name]) * 1000
+        database = statistics.median(d for _, d in cpu[name]) * 1000
+        print(
+            f"  {name:<11} median {value:8.1f} turns/s; CPU per turn: workers {workers:.2f} ms,"
+            f" PostgreSQL {database:.2f} ms"
+        )
+    # One worker bound by its own CPU (w per turn) leaves PostgreSQL (p) the other cores;
+    # two workers share the cores with it: at most cores * w / (w + p) times one.
+    w, p = (statistics.median(x[k] for x in cpu["leased_1"]) for k in (0, 1))
+    cores = min(2, os.cpu_count() or 1)
+    print(f"  two workers can reach at most {cores * w / (w + p):.2f}x one on {cores} cores")
     ratios = {
         "workers_2_vs_1": median["leased_2"] / median["leased_1"],
         "workers_leased_vs_unleased": median["leased_1"] / median["unleased_1"],
