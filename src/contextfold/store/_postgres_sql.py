@@ -108,6 +108,19 @@ _INSERT_EXPECTED = _INSERT.replace(
 )""",
 )
 assert _INSERT_EXPECTED != _INSERT
+# The same at an expected version above 0: the row exists, so a plain update locks and
+# bumps it (cheaper than an upsert's insertion attempt); no row back: it differed.
+_INSERT_AT = _INSERT.replace(
+    f"""WITH cur AS (
+    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
+)""",
+    f"""WITH cur AS (
+    UPDATE cf_streams SET version = version + %(n)s
+    WHERE {_WHERE} AND version = %(expected)s::bigint
+    RETURNING version - %(n)s AS v
+)""",
+)
+assert _INSERT_AT != _INSERT
 # An append with no check at all, in one statement too: the stream row is locked and bumped
 # first (its CTE feeds the insert), so global positions are still drawn under the lock.
 _INSERT_ANY = _INSERT.replace(

@@ -35,6 +35,7 @@ from ._postgres_sql import (
     _COLUMNS,
     _INSERT,
     _INSERT_ANY,
+    _INSERT_AT,
     _INSERT_EXPECTED,
     _LOCK,
     _NOTIFY_MANY,
@@ -219,7 +220,10 @@ class PostgresStore(Store):
         if idempotency_key is None:
             # Checked (at an expected version), locked and inserted by one statement, its own
             # transaction under autocommit: one round trip, and no pipeline to drive.
-            sql = _INSERT_ANY if expected_version is None else _INSERT_EXPECTED
+            if expected_version is None:
+                sql = _INSERT_ANY
+            else:
+                sql = _INSERT_AT if expected_version > 0 else _INSERT_EXPECTED
             async with self._connection(doing) as conn:
                 cur = await conn.execute(sql, {**args, "expected": expected_version})
                 last = await cur.fetchone()
