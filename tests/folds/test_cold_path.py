@@ -9,6 +9,7 @@ import asyncio
 import gc
 import sqlite3
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from contextfold import canonical
 from contextfold.errors import CorruptEventError
 from contextfold.events import EventMeta, StoredEvent
 from contextfold.folds.fold import FoldBase
+from contextfold.folds.reader import _Collector
 from contextfold.store.memory import MemoryStore
 
 
@@ -374,6 +376,29 @@ async def test_thresholds_changed_during_a_read_are_kept() -> None:
     finally:
         gc.set_threshold(*THRESHOLDS)
         await journal.close()
+
+
+def test_reads_that_keep_overlapping_end_the_spell_after_the_longest() -> None:
+    now = [0.0]
+    collector = _Collector(clock=lambda: now[0], longest=1.0)
+    with ExitStack() as first:
+        first.enter_context(collector.young_only())
+        assert _waiting()
+        with ExitStack() as second:
+            second.enter_context(collector.young_only())
+            now[0] = 0.5
+            first.close()  # within the longest spell: the second read keeps it
+            assert _waiting()
+            with collector.young_only():  # a third read overlaps the second
+                now[0] = 1.5
+                second.close()  # past it: the older generations run again
+                assert gc.get_threshold() == THRESHOLDS
+                with collector.young_only():  # a read joining now starts no spell
+                    assert gc.get_threshold() == THRESHOLDS
+    assert gc.get_threshold() == THRESHOLDS
+    with collector.young_only():  # once no read runs, the next starts one again
+        assert _waiting()
+    assert gc.get_threshold() == THRESHOLDS
 
 
 async def test_a_caller_that_disabled_the_collector_keeps_it_disabled() -> None:

@@ -378,29 +378,39 @@ class FoldReader:
 
 
 _NEVER = 2**31 - 1
+LONGEST_SPELL = 2.0
+"""Seconds after which reads that keep overlapping let the older generations run again."""
 
 
 class _Collector:
-    """Keeps the garbage collector to its youngest generation while any read folds.
+    """Keeps the garbage collector to its youngest generation while reads fold.
 
     A read makes objects that live as long as the state: collected young, while they are
     still in the cache, they cost little; the older generations would walk the whole
-    state again and again as it grows. Reads running together share one such spell; it
-    ends as the last of them ends, with the thresholds as the first found them (unless
-    something else changed them meanwhile). A caller that disabled the collector keeps it
-    disabled.
+    state again and again as it grows. A spell starts with a read when no other runs,
+    and ends as the last read running ends, or, when reads keep overlapping (a busy
+    server), as one ends after ``longest`` seconds of it: the others finish under the
+    usual thresholds, so cyclic garbage is never held for long. It ends with the
+    thresholds as the spell found them, unless something else changed them meanwhile; a
+    caller that disabled the collector keeps it disabled.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, longest: float = LONGEST_SPELL
+    ) -> None:
         self._lock = threading.Lock()
+        self._clock = clock
+        self._longest = longest
         self._readers = 0
-        self._saved = gc.get_threshold()
+        self._saved: tuple[int, int, int] | None = None  # the thresholds, during a spell
+        self._since = 0.0
 
     @contextmanager
     def young_only(self) -> Iterator[None]:
         with self._lock:
             if self._readers == 0:
                 self._saved = gc.get_threshold()
+                self._since = self._clock()
                 gc.set_threshold(self._saved[0], _NEVER, _NEVER)
             self._readers += 1
         try:
@@ -408,8 +418,13 @@ class _Collector:
         finally:
             with self._lock:
                 self._readers -= 1
-                if self._readers == 0 and gc.get_threshold() == (self._saved[0], _NEVER, _NEVER):
-                    gc.set_threshold(*self._saved)
+                saved = self._saved
+                if saved is not None and (
+                    self._readers == 0 or self._clock() - self._since > self._longest
+                ):
+                    if gc.get_threshold() == (saved[0], _NEVER, _NEVER):
+                        gc.set_threshold(*saved)
+                    self._saved = None
 
 
 _young_collections_only = _Collector().young_only
