@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contextfold.context import LlmResponse, pick_compaction
-from contextfold.context.state import ContextItem
+from contextfold.context.state import AgentContextState, ContextItem
 from contextfold.journal import open_journal
 from contextfold.runtime import compacting
 from contextfold.runtime.clients import FunctionModel
@@ -85,3 +85,19 @@ def test_call_ids_carried_over_equal_every_call_of_the_history(
     for cut in [*sorted(cuts), len(history)]:
         for seen in (tuple(history[:cut]), tuple(other)):  # another history in between
             assert agent._call_ids(seen) == {c.id for item in seen for c in item.tool_calls}
+
+
+async def test_the_header_is_made_again_only_when_what_it_is_made_of_changes() -> None:
+    agent = _agent()
+    state = AgentContextState()
+    first = await agent._header(state)
+    assert await agent._header(state) is first
+    agent.temperature = 0.0
+    zero = await agent._header(state)
+    assert zero is not first and zero.temperature == 0.0
+    agent.temperature = -0.0  # equal to 0.0, other bytes on the wire
+    negative = await agent._header(state)
+    assert negative is not zero and repr(negative.temperature) == "-0.0"
+    agent.max_tokens = 7
+    assert (await agent._header(state)).max_tokens == 7
+    assert await agent._header(state) is await agent._header(state)

@@ -60,6 +60,8 @@ class TurnSteps(CompactionSteps):
 
     # The call ids of the newest history seen: (history, ids).
     _calls_seen: tuple[tuple[ContextItem, ...], frozenset[str]] | None = None
+    # The newest header and what it was made of.
+    _header_made: tuple[tuple[object, ...], RequestHeader] | None = None
 
     def _call_ids(self, history: tuple[ContextItem, ...]) -> frozenset[str]:
         """Every tool call id in ``history``, collected from the items after those of the
@@ -76,19 +78,39 @@ class TurnSteps(CompactionSteps):
         return ids
 
     async def _header(self, context: AgentContextState) -> RequestHeader:
+        """The header of a request made now: the previous one while nothing it is made from
+        changed (the same settings, prefix, trust registry and tools)."""
         prefix = await self.prefix.get()
-        return RequestHeader(
+        # The registry is process state: the header records it so rebuilds agree.
+        trusted = trusted_extensions()
+        # repr: -0.0 == 0.0 and 1 == 1.0, but their bytes differ.
+        made_of = (
+            prefix,
+            trusted,
+            self.model.transport,
+            self.model.model,
+            self.toolbox.definitions,
+            self.max_tokens,
+            repr(self.temperature),
+            self.stream_responses,
+            self.content_limit,
+        )
+        made = self._header_made
+        if made is not None and made[0] == made_of:
+            return made[1]
+        header = RequestHeader(
             transport=self.model.transport,
             model=self.model.model,
             session_prefix=prefix_snapshot(prefix),
-            # The registry is process state: the header records it so rebuilds agree.
-            trusted_actor_types=trusted_extensions(),
+            trusted_actor_types=trusted,
             tools=self.toolbox.definitions,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
             stream=self.stream_responses,
             content_limit=self.content_limit,
         )
+        self._header_made = (made_of, header)
+        return header
 
     async def _request(
         self, context: AgentContextState, decision: Decision, report: RunReport
