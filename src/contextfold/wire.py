@@ -37,7 +37,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from .canonical import canonical_json, check_json_value, loads, sha256_hex
-from .errors import RenderError
+from .errors import RenderError, UsageError
 
 __all__ = [
     "IMAGE_MEDIA_TYPES",
@@ -427,4 +427,5 @@ def _elements(value: Any) -> list[orjson.Fragment]:
     """A JsonArray's elements, for orjson to copy into the body as they are."""
     if isinstance(value, JsonArray):
         return list(value.elements)
-    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+    # orjson's default protocol: a TypeError it turns into its own (caught in _encode).
+    raise UsageError(f"Type is not JSON serializable: {type(value).__name__}")
