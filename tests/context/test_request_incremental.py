@@ -5,7 +5,6 @@ results, two streams interleaved) and any ``through``."""
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +19,7 @@ from contextfold.context import (
     LlmRequestRequested,
     RequestHeader,
     ToolCallResult,
+    _item_memo,
     build_request,
     fold_context,
     tool_result_item,
@@ -97,12 +97,12 @@ ops = st.lists(
 @contextmanager
 def _nothing_built() -> Iterator[None]:
     """Build with an empty memo, and leave the memo as it was."""
-    kept, count = req._BUILT, req._built_messages
-    req._BUILT, req._built_messages = OrderedDict(), 0
+    kept = _item_memo._MEMOS
+    _item_memo._MEMOS = {}
     try:
         yield
     finally:
-        req._BUILT, req._built_messages = kept, count
+        _item_memo._MEMOS = kept
 
 
 def _both(state: AgentContextState, through: int | None) -> tuple[Any, Any]:

@@ -1,12 +1,15 @@
 """Each context item's rendered text is computed once (items are immutable) and equals what
-rendering it afresh gives; the memo stays within its bound."""
+rendering it afresh gives; the memo lives exactly as long as its item."""
 
 from __future__ import annotations
+
+import gc
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contextfold.context import _item_memo
 from contextfold.context import request as req
 from contextfold.context.state import ContextItem
 
@@ -30,12 +33,18 @@ def test_a_memoized_text_is_the_fresh_rendering(item: ContextItem, limit: int | 
     assert req.render_item(copy, content_limit=limit) == first
 
 
-def test_the_memo_is_bounded_and_keeps_no_stale_text(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(req, "_RENDERED_MAX", 8)
-    monkeypatch.setattr(req, "_RENDERED", type(req._RENDERED)())
+def test_the_memo_lives_with_its_item_and_keeps_no_stale_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_item_memo, "_MEMOS", {})
     made = [ContextItem(offset=i, role="user", content=f"text {i}") for i in range(1, 40)]
     for item in made:
         assert req.render_item(item) == f"@{item.offset}\ntext {item.offset}"
-    assert len(req._RENDERED) == 8
-    newest = made[-1]
+    kept = made[-8:]
+    del made, item
+    gc.collect()
+    assert len(_item_memo._MEMOS) == 8  # the collected items took their texts with them
+    newest = kept[-1]
     assert req.render_item(newest) is req.render_item(newest)
+    for offset in range(100, 140):  # new items at the ids of collected ones: their own text
+        assert req.render_item(ContextItem(offset=offset, role="user")) == f"@{offset}\n"

@@ -3,9 +3,9 @@ are built once; the body check still refuses what JSON cannot carry, naming the 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
-from collections import OrderedDict
 
 import orjson
 import pytest
@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import contextfold.render  # noqa: F401  (registers the built-in renderers)
 from contextfold import wire
+from contextfold.context import _item_memo
 from contextfold.context import request as req
 from contextfold.context.state import ContextItem
 from contextfold.errors import RenderError
@@ -100,10 +101,14 @@ def test_an_item_message_is_built_once_and_equals_a_fresh_one(sent: req._Sent, t
     assert message == req._with_images(req._item_message(item, sent, None), item)
 
 
-def test_the_message_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(req, "_MESSAGES_MAX", 4)
-    monkeypatch.setattr(req, "_MESSAGES", OrderedDict())
-    for offset in range(1, 20):
+def test_the_message_memo_lives_with_its_item(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_item_memo, "_MEMOS", {})
+    kept = ContextItem(offset=1, role="user", content="kept")
+    message = req.item_message(kept, "user")
+    for offset in range(2, 20):  # each collected right after, its message with it
         item = ContextItem(offset=offset, role="user", content="x")
         assert req.item_message(item, "user").content == f"@{offset}\nx"
-    assert len(req._MESSAGES) == 4
+    del item
+    gc.collect()
+    assert list(_item_memo._MEMOS.values()) == [_item_memo.memo_of(kept)]
+    assert req.item_message(kept, "user") is message

@@ -42,10 +42,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -54,6 +51,7 @@ from pydantic import ValidationError
 from ..canonical import canonical_json
 from ..errors import RenderError
 from ..wire import NeutralMessage, NeutralRequest, RenderedRequest, Role, Transport, render_request
+from ._item_memo import memo_of
 from .attachments import attachment_line, file_references, image_part
 from .events import PrefixMessage, RequestHeader
 from .evidence import cut_text
@@ -224,26 +222,17 @@ def item_headers(request: NeutralRequest) -> tuple[ItemHeader, ...]:
     return tuple(header for header in found if header is not None)
 
 
-# Rendered item texts by (id(item), content_limit). Items are immutable, so a text is
-# computed once per item; each entry holds its item, so an id is never reused while cached.
-_RENDERED: OrderedDict[tuple[int, int | None], tuple[ContextItem, str]] = OrderedDict()
-_RENDERED_MAX = 65_536
-
-
 def render_item(item: ContextItem, *, content_limit: int | None = None) -> str:
     """The message text of an item: its header line, a newline, then its content (cut to
     ``content_limit`` characters, see ``evidence.cut_text``), then one line per attached
-    file (``[File attached: cat.png (image/png)]``). Memoized per item (bounded)."""
-    key = (id(item), content_limit)
-    found = _RENDERED.get(key)
-    if found is not None and found[0] is item:
-        with suppress(KeyError):  # evicted meanwhile by another thread: still the text
-            _RENDERED.move_to_end(key)
-        return found[1]
-    text = _render_item(item, content_limit)
-    _RENDERED[key] = (item, text)
-    if len(_RENDERED) > _RENDERED_MAX:
-        _RENDERED.popitem(last=False)
+    file (``[File attached: cat.png (image/png)]``). Memoized while the item lives."""
+    memo = memo_of(item)
+    texts = memo.texts
+    if texts is None:
+        texts = memo.texts = {}
+    text = texts.get(content_limit)
+    if text is None:
+        text = texts[content_limit] = _render_item(item, content_limit)
     return text
 
 
@@ -324,29 +313,21 @@ _Sent = Literal["system", "developer", "user", "assistant", "tool", "calls", "un
 """How an item goes out: as a message of that role; ``calls`` is an assistant message with
 its tool calls, ``unverified`` one with its calls as text."""
 
-# Item messages by (id(item), how it is sent, content_limit), like the rendered texts: each
-# entry holds its item, so an id is never reused while cached. Equal requests then share
-# their message objects, and comparing them (``render.assembly``) costs little.
-_MESSAGES: OrderedDict[tuple[int, str, int | None], tuple[ContextItem, NeutralMessage]] = (
-    OrderedDict()
-)
-_MESSAGES_MAX = 65_536
-
 
 def item_message(
     item: ContextItem, sent: _Sent, *, content_limit: int | None = None
 ) -> NeutralMessage:
-    """The message of ``item`` sent as ``sent``, its images included. Memoized (bounded)."""
-    key = (id(item), sent, content_limit)
-    found = _MESSAGES.get(key)
-    if found is not None and found[0] is item:
-        with suppress(KeyError):  # evicted meanwhile by another thread: still the message
-            _MESSAGES.move_to_end(key)
-        return found[1]
-    message = _with_images(_item_message(item, sent, content_limit), item)
-    _MESSAGES[key] = (item, message)
-    if len(_MESSAGES) > _MESSAGES_MAX:
-        _MESSAGES.popitem(last=False)
+    """The message of ``item`` sent as ``sent``, its images included. Memoized while the
+    item lives, so equal requests share their message objects, and comparing them
+    (``render.assembly``) costs little."""
+    memo = memo_of(item)
+    messages = memo.messages
+    if messages is None:
+        messages = memo.messages = {}
+    key = (sent, content_limit)
+    message: NeutralMessage | None = messages.get(key)
+    if message is None:
+        message = messages[key] = _with_images(_item_message(item, sent, content_limit), item)
     return message
 
 
@@ -365,61 +346,46 @@ def _item_message(item: ContextItem, sent: _Sent, content_limit: int | None) -> 
 
 @dataclass(frozen=True, slots=True)
 class _Built:
-    """History messages built for ``items``, with the pairing's state after the last one."""
+    """History messages built for a history, with the pairing's state after the last one.
+    ``later`` is the history after its first item (whose memo holds this)."""
 
-    items: tuple[ContextItem, ...]
+    later: tuple[ContextItem, ...]
     messages: tuple[NeutralMessage, ...]
     calls: frozenset[str]
     answered: frozenset[str]
 
 
-# The newest history messages built from each first item, by (developer role, trusted
-# types, content_limit, id(first item)). Pairing is prefix-stable, so a history extending a
-# built one only builds its new items: a request costs what is new in it. Each entry holds
-# its items, so an id is never reused while cached; the entries hold at most
-# ``_MESSAGES_MAX`` messages in all, as many as the message memo.
-_BUILT: OrderedDict[tuple[bool, tuple[str, ...], int | None, int], _Built] = OrderedDict()
-_BUILT_LOCK = threading.Lock()
-_built_messages = 0
-
-
 def _history_messages(
     history: tuple[ContextItem, ...], developer: bool, trusted: tuple[str, ...], limit: int | None
 ) -> tuple[NeutralMessage, ...]:
-    """The messages of ``history``, one per item in order (memoized, see ``_BUILT``)."""
+    """The messages of ``history``, one per item in order. Memoized on the first item: the
+    newest history built from it, by how it was built. Pairing is prefix-stable, so a
+    history extending a built one only builds its new items: a request costs what is new."""
     if not history:
         return ()
-    key = (developer, trusted, limit, id(history[0]))
-    found = _BUILT.get(key)
+    memo = memo_of(history[0])
+    if memo.built is None:
+        memo.built = {}
+    key = (developer, trusted, limit)
+    found: _Built | None = memo.built.get(key)
     pairing = _Pairing(limit)
     start = 0
     messages: tuple[NeutralMessage, ...] = ()
-    if found is not None and found.items[0] is history[0] and len(found.items) <= len(history):
-        done = len(found.items)
+    if found is not None and len(found.later) < len(history):
+        done = len(found.later) + 1
         # Identical items compare by identity: a C loop, no item is compared field by field.
-        if history[:done] == found.items:
+        if history[1:done] == found.later:
             if done == len(history):
-                with _BUILT_LOCK, suppress(KeyError):  # evicted meanwhile by another thread
-                    _BUILT.move_to_end(key)
                 return found.messages
             start, messages = done, found.messages
             pairing.calls, pairing.answered = set(found.calls), set(found.answered)
     added = tuple(
         pairing.message(item, wire_role(item, developer, trusted)) for item in history[start:]
     )
-    built = _Built(history, messages + added, frozenset(pairing.calls), frozenset(pairing.answered))
-    _keep_built(key, built)
+    later = history[1:]
+    built = _Built(later, messages + added, frozenset(pairing.calls), frozenset(pairing.answered))
+    memo.built[key] = built
     return built.messages
-
-
-def _keep_built(key: tuple[bool, tuple[str, ...], int | None, int], built: _Built) -> None:
-    global _built_messages
-    with _BUILT_LOCK:
-        replaced = _BUILT.pop(key, None)
-        _built_messages += len(built.messages) - (len(replaced.messages) if replaced else 0)
-        _BUILT[key] = built
-        while _built_messages > _MESSAGES_MAX and _BUILT:
-            _built_messages -= len(_BUILT.popitem(last=False)[1].messages)
 
 
 def _lane_message(item: ContextItem, role: Role, content_limit: int | None) -> NeutralMessage:
@@ -433,31 +399,25 @@ def _with_breakpoint(messages: list[NeutralMessage]) -> None:
         messages[-1] = replace(messages[-1], cache_breakpoint=True)
 
 
-# The newest offset and the newest compaction's offset of the newest history from each
-# first item, by id(first item): a history extending it is measured from its new items on.
-_SPANS: OrderedDict[int, tuple[tuple[ContextItem, ...], int, int]] = OrderedDict()
-_SPANS_MAX = 64
-
-
 def _span(history: tuple[ContextItem, ...]) -> tuple[int, int]:
-    """(newest offset, newest compaction offset) of ``history``, 0 when none (memoized)."""
+    """(newest offset, newest compaction offset) of ``history``, 0 when none. Memoized on
+    the first item (the newest history measured from it, without that item), so a history
+    extending it is measured from its new items on."""
     if not history:
         return 0, 0
-    key = id(history[0])
+    memo = memo_of(history[0])
     start, newest, compacted = 0, 0, 0
-    found = _SPANS.get(key)
+    found: tuple[tuple[ContextItem, ...], int, int] | None = memo.span
     # Identical items compare by identity: the prefix check is a C loop.
-    if found is not None and len(found[0]) <= len(history) and history[: len(found[0])] == found[0]:
-        start, newest, compacted = len(found[0]), found[1], found[2]
+    if found is not None and len(found[0]) < len(history):
+        done = len(found[0]) + 1
+        if history[1:done] == found[0]:
+            start, newest, compacted = done, found[1], found[2]
     for item in history[start:]:
         newest = max(newest, item.offset)
         if item.compaction is not None:
             compacted = max(compacted, item.offset)
-    _SPANS[key] = (history, newest, compacted)
-    with suppress(KeyError):  # evicted meanwhile by another thread
-        _SPANS.move_to_end(key)
-    if len(_SPANS) > _SPANS_MAX:
-        _SPANS.popitem(last=False)
+    memo.span = (history[1:], newest, compacted)
     return newest, compacted
 
 

@@ -57,7 +57,8 @@ class _Assembled:
         return self.ends[-1]
 
 
-# The newest assembly by (transport, first two messages); bounded in entries and bytes.
+# The newest assembly by (transport, first two messages); bounded in entries and bytes (the
+# units hold their bytes and no more, see ``assemble``).
 _RECENT: OrderedDict[tuple[str, NeutralMessage, NeutralMessage], _Assembled] = OrderedDict()
 _RECENT_MAX = 64
 _RECENT_BYTES = 32 * 1024 * 1024
@@ -92,7 +93,9 @@ def assemble(
         units, ends = base.units[: closed_units[-1]], base.ends[: closed_units[-1] + 1]
         call_at = {call: index for call, index in base.call_at.items() if index < start}
     added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
-    units += tuple(map(orjson.Fragment, added))
+    # Copied to their size: orjson's output keeps the buffer it reserved, at least 4 KiB
+    # and about 16 bytes per character of a long string, which a kept unit would hold.
+    units += tuple(orjson.Fragment(bytes(memoryview(unit))) for unit in added)
     ends += tuple(accumulate(map(len, added), initial=ends[-1]))[1:]
     if key is not None:
         closed, closed_units = closed + more_closed, closed_units + more_units
