@@ -154,15 +154,18 @@ async def test_read_events_by_start(metric_reader: InMemoryMetricReader) -> None
     cold = Counter(metric_reader, "contextfold.fold.read.events", fold=name, start="cold")
     warm = Counter(metric_reader, "contextfold.fold.read.events", fold=name, start="warm")
     reset = Counter(metric_reader, "contextfold.fold.read.events", fold=name, start="reset")
+    appended = Counter(metric_reader, "contextfold.fold.read.events", fold=name, start="append")
     journal = cf.open_journal("memory://")
     fold = said_fold(name)
     await journal.append("s", [Said(text="1"), Said(text="2"), Said(text="3")])
     await journal.fold(fold, "s")
     assert (cold.delta(), warm.delta(), reset.delta()) == (3, 0, 0)
 
-    await journal.append("s", [Said(text="4"), Said(text="5")])
+    await journal.append("s", [Said(text="4"), Said(text="5")])  # folded as it lands
+    assert appended.delta() == 2
+    await cf.Journal(journal.store).append("s", Said(text="6"))  # another writer's
     await journal.fold(fold, "s")
-    assert (cold.delta(), warm.delta(), reset.delta()) == (0, 2, 0)
+    assert (cold.delta(), warm.delta(), reset.delta(), appended.delta()) == (0, 1, 0, 0)
     await journal.fold(fold, "s")
     assert (cold.delta(), warm.delta(), reset.delta()) == (0, 0, 0)
 

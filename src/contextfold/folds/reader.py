@@ -3,7 +3,9 @@
 State is cached per (namespace, stream, fold object, run) with the cursor of the last
 event folded. A read asks the store only for the fold's events after that cursor; a stale
 or unknown cursor (deleted history) rebuilds from the newest usable checkpoint. Reads of
-one state are single-flight: concurrent readers fold each event once.
+one state are single-flight: concurrent readers fold each event once. An append through
+the journal folds its events into the cached states it continues (:meth:`FoldReader.appended`),
+so the read that follows checks only the stream's head.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ _events_counter = _meter.create_counter(
     "contextfold.fold.read.events", description="Events folded per read, by start"
 )
 
-Start = Literal["cold", "warm", "reset"]
+Start = Literal["cold", "warm", "reset", "append"]
 PAGE = 5000
 MAX_RESETS = 3  # rebuilds of one read after stale cursors, before it gives up
 
@@ -71,6 +73,12 @@ class _Entry:
     cursor: str | None
     checkpoint_at: int  # global position of the checkpoint the state is based on (0: none)
     touched: float
+    # Every event of the fold's types up to stream position `version` is folded in, and
+    # `head` is the cursor of the event at `version` (None at 0); -1: not known (a checkpoint
+    # or a materialization the state started from).
+    version: int = -1
+    head: str | None = None
+    applied: bool = False  # made by an append: `head` was the stream's head then
 
 
 class FoldCache:
@@ -85,6 +93,7 @@ class FoldCache:
         self.max_entries = max_entries
         self.ttl = ttl
         self._entries: OrderedDict[tuple[Any, ...], _Entry] = OrderedDict()
+        self._streams: dict[tuple[Any, Any], dict[tuple[Any, ...], None]] = {}
 
     def get(self, key: tuple[Any, ...], now: float) -> _Entry | None:
         self._expire(now)
@@ -92,7 +101,7 @@ class FoldCache:
         if entry is None:
             return None
         if now - entry.touched > self.ttl:
-            del self._entries[key]
+            self._remove(key)
             return None
         # A read: its ttl starts again and it moves to the recent end, so the entries stay
         # in touched order (expiry pops from the old end) even if this read then fails.
@@ -108,17 +117,39 @@ class FoldCache:
             oldest = next(iter(self._entries.values()))
             if now - oldest.touched <= self.ttl:
                 return
-            self._entries.popitem(last=False)
+            self._remove(next(iter(self._entries)))
 
     def put(self, key: tuple[Any, ...], entry: _Entry) -> None:
         self._entries[key] = entry
         self._entries.move_to_end(key)
+        self._streams.setdefault(key[:2], {})[key] = None
         while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
+            self._remove(next(iter(self._entries)))
+
+    def of_stream(self, namespace: str, stream: str) -> list[tuple[tuple[Any, ...], _Entry]]:
+        """The (key, entry) pairs of one stream's states, expired ones included."""
+        keys = self._streams.get((namespace, stream), ())
+        return [(key, self._entries[key]) for key in keys]
+
+    def holds(self, namespace: str, stream: str) -> bool:
+        """Whether any state of the stream is cached."""
+        return (namespace, stream) in self._streams
+
+    def overwrite(self, key: tuple[Any, ...], entry: _Entry) -> None:
+        """Replace a cached entry in place: no read, so its recency stays as it was."""
+        if key in self._entries:
+            self._entries[key] = entry
 
     def drop(self, predicate: Callable[[tuple[Any, ...]], bool]) -> None:
         for key in [k for k in self._entries if predicate(k)]:
-            del self._entries[key]
+            self._remove(key)
+
+    def _remove(self, key: tuple[Any, ...]) -> None:
+        del self._entries[key]
+        keys = self._streams[key[:2]]
+        del keys[key]
+        if not keys:
+            del self._streams[key[:2]]
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -211,6 +242,13 @@ class FoldReader:
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
+                # An append folded in last: current while its last event is still the head.
+                if (
+                    cached is not None
+                    and cached.applied
+                    and await self.store.head(namespace, stream) == cached.head
+                ):
+                    return cached.state, cached.cursor
                 start: Start = "warm"
                 if cached is None or cached.state is None:
                     start = "cold"
@@ -243,6 +281,62 @@ class FoldReader:
             if flight.users == 0:  # keep locks only while reads are in flight
                 del self._locks[key]
 
+    def appended(self, namespace: str, stream: str, events: Sequence[StoredEvent]) -> None:
+        """Fold ``events``, which one append just stored (exactly as the store holds them),
+        into the cached states of the stream that they continue.
+
+        A state is continued when it is at the stream position just before them and nothing
+        was stored anywhere in between (the stream was empty, or their global positions
+        follow its head's): no other writer got in, not even a delete and recreate. Every
+        other state, and one whose fold meets its own checkpoint among them or whose
+        handler raises, is left as it was for its next read to catch up (and raise).
+        """
+        if not events:
+            return
+        first = events[0]
+        for key, entry in self.cache.of_stream(namespace, stream):
+            if entry.state is None or entry.version != first.position - 1:
+                continue
+            if first.position > 1 and (
+                entry.head is None or int(entry.head) + 1 != first.global_position
+            ):
+                continue
+            fold: FoldBase[Any] = key[2]
+            checkpoint = fold.checkpoint_type if fold.can_checkpoint else None
+
+            def skip(reason: Any, event: StoredEvent, detail: str, fold: Any = fold) -> None:
+                self._report(fold, reason, event, detail)
+
+            try:
+                state, index, folded = fold.fold_stored(
+                    entry.state,
+                    events,
+                    stop=checkpoint,
+                    run_id=key[3],
+                    run_scoped=fold.scope == "run",
+                    skip=skip,
+                )
+            except Exception:  # the next read folds the same events and raises it
+                log.debug("fold %s: an append's events are left to the next read", fold.name)
+                continue
+            if index < len(events):
+                continue  # its checkpoint: the read restores it
+            types = set(fold.event_types)
+            cursor = next((e.cursor for e in reversed(events) if e.type in types), entry.cursor)
+            last = events[-1]
+            self.cache.overwrite(
+                key,
+                replace(
+                    entry,
+                    state=state,
+                    cursor=cursor,
+                    version=last.position,
+                    head=last.cursor,
+                    applied=True,
+                ),
+            )
+            _events_counter.add(folded, {"fold": fold.name, "start": "append"})
+
     def end_run(self, namespace: str, stream: str, run_id: str) -> None:
         """Drop the run-scoped states of a run that ended."""
 
@@ -274,7 +368,7 @@ class FoldReader:
         materialized = await fold.restore(self.store, namespace, stream)
         if materialized is not None:
             return _Entry(materialized[0], materialized[1], 0, self._clock())
-        return _Entry(fold.initial_state(), None, 0, self._clock())
+        return _Entry(fold.initial_state(), None, 0, self._clock(), version=0)
 
     async def _restore(
         self, fold: FoldBase[S], namespace: str, stream: str, event: StoredEvent
@@ -307,6 +401,7 @@ class FoldReader:
             entry.cursor,
             entry.checkpoint_at,
         )
+        version, head = entry.version, entry.head
         folded = 0
         # Young collections only over the whole catch-up, store reads included: every
         # handler makes objects that live as long as the state, and passes of the older
@@ -330,9 +425,14 @@ class FoldReader:
                     run_id,
                     folded,
                 )
+                if rebased:
+                    version, head = -1, None
+                elif page.events:
+                    version, head = page.events[-1].position, page.events[-1].cursor
                 if not rebased and not page.more:
                     state = fold._close_read(work)
-                    return _Entry(state, cursor, checkpoint_at, self._clock()), folded, False
+                    made = _Entry(state, cursor, checkpoint_at, self._clock(), version, head)
+                    return made, folded, False
 
     async def _fold_page(
         self,

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
-from ..events import Event, RawEvent, StoredEvent
+from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache, FoldReader
 from ..folds.segmented import SegmentedFold
-from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset
+from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset, parse_cursor
 from ..store.urls import open_store
 from ..telemetry import record_append, record_fold_read
 from ..views.strategies import KeepFrom
@@ -186,7 +186,32 @@ class Journal:
         )
         took = time.perf_counter() - started
         record_append(self.namespace, len(prepared), deduplicated=result.deduplicated, seconds=took)
+        if not result.deduplicated and self.folds.cache.holds(self.namespace, stream):
+            self._fold_appended(stream, prepared, result)
         return result
+
+    def _fold_appended(
+        self, stream: str, prepared: Sequence[NewEvent], result: AppendResult
+    ) -> None:
+        """Fold what an append stored into the cached states it continues: the next read of
+        them asks the store only for its head, not for these events again."""
+        count = len(prepared)
+        last = parse_cursor(result.cursor)
+        if not last or (count > 1 and not self.store.consecutive_globals):
+            return  # which global positions they got is not known: their reads read them
+        stored = tuple(
+            StoredEvent(
+                self.namespace,
+                stream,
+                result.first_position + offset,
+                last - count + 1 + offset,
+                new.type,
+                new.data,
+                new.meta,
+            )
+            for offset, new in enumerate(prepared)
+        )
+        self.folds.appended(self.namespace, stream, stored)
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -142,6 +142,9 @@ class Store(abc.ABC):
     """
 
     url: str = ""
+    consecutive_globals: bool = False
+    """Whether the events of one append always get consecutive global positions (a store
+    with one writer at a time); the journal then knows every appended event's cursor."""
 
     async def open(self) -> None:  # noqa: B027 - optional hook
         """Create tables or pools; called once before first use."""

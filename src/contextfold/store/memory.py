@@ -35,6 +35,8 @@ class _Stream:
 class MemoryStore(Store):
     """A complete store in process memory. Lost when the process ends."""
 
+    consecutive_globals = True
+
     def __init__(self) -> None:
         self.url = "memory://"
         self._streams: dict[tuple[str, str], _Stream] = {}

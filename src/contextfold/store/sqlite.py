@@ -82,6 +82,8 @@ class SQLiteStore(Store):
     ``read_only``: the file must already hold a journal; nothing is created and every write
     is refused (StoreUnavailableError when it is missing, StoreError on a write)."""
 
+    consecutive_globals = True  # one write transaction at a time, AUTOINCREMENT in one
+
     def __init__(
         self,
         path: str | Path,
