@@ -1,5 +1,7 @@
 """An assembly kept for the next request holds its serialized messages at their size: the
-bytes orjson reserved while writing them (many times a long text) are not kept with them."""
+bytes orjson reserved while writing them (many times a long text) are not kept with them;
+a long content is written in pieces, so writing it never reserves many times its size, and
+gives the bytes writing it whole gives."""
 
 from __future__ import annotations
 
@@ -7,11 +9,15 @@ import gc
 import tracemalloc
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import contextfold.render  # noqa: F401  (registers the built-in renderers)
 from contextfold import wire
 from contextfold.render import assembly
-from contextfold.wire import NeutralMessage, NeutralRequest, Transport
+from contextfold.wire import ImagePart, NeutralMessage, NeutralRequest, ToolCall, Transport
+
+from .test_assembly import plain
 
 SIZE = 256 * 1024
 
@@ -38,3 +44,55 @@ def test_a_kept_assembly_holds_about_its_bytes(transport: Transport) -> None:
     assert (transport, messages[0], messages[1]) in assembly._RECENT
     # The long message's one serialized copy, and small change; orjson reserved ~16x.
     assert held < 2 * SIZE, held
+
+
+def _peak_writing(request: NeutralRequest, transport: Transport) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        body = wire.render_body(request, transport)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert body == plain(request, transport)
+    return peak
+
+
+@pytest.mark.parametrize("transport", ["openai-chat", "openai-responses"])
+def test_writing_a_long_content_reserves_a_few_times_its_size(transport: Transport) -> None:
+    size = 1024 * 1024
+    messages = (
+        NeutralMessage(role="user", content=f"long for {transport}"),
+        NeutralMessage(role="user", content="é" * (size // 2)),  # 1 MiB as UTF-8
+        NeutralMessage(role="user", content="end"),
+    )
+    # Whole, orjson reserved about 16 bytes per character: 8 MiB here.
+    assert _peak_writing(NeutralRequest(model="m", system="", messages=messages), transport) < (
+        5 * size
+    )
+
+
+long_texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+
+
+@given(
+    texts=st.lists(long_texts, min_size=1, max_size=4),
+    transport=st.sampled_from(["openai-chat", "openai-responses"]),
+)
+def test_a_content_written_in_pieces_is_the_content_written_whole(
+    texts: list[str], transport: Transport
+) -> None:
+    image = ImagePart(media_type="image/png", data="aGk=")
+    call = ToolCall(id="c1", name="read", arguments='{"a": "\u0000 é"}')
+    messages: list[NeutralMessage] = [NeutralMessage(role="user", content="first")]
+    for text in texts:
+        messages.append(NeutralMessage(role="user", content=text))
+        messages.append(NeutralMessage(role="user", content=text, images=(image,)))
+    messages.append(NeutralMessage(role="assistant", content=texts[0], tool_calls=(call,)))
+    messages.append(NeutralMessage(role="tool", content=texts[-1], tool_call_id="c1"))
+    request = NeutralRequest(model="m", system="s", messages=tuple(messages))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(assembly, "_PIECE", 3)  # every text of over 3 characters in pieces
+        patch.setattr(assembly, "_RECENT", type(assembly._RECENT)())
+        assert wire.render_body(request, transport) == plain(request, transport)

@@ -21,7 +21,7 @@ import threading
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import orjson
@@ -131,7 +131,7 @@ def _order(
     for index in range(start, len(messages)):
         message = messages[index]
         try:
-            own = encode(message)
+            own = _encoded(message, encode)
         except (TypeError, ValueError) as exc:  # orjson refuses it: named by the plain path
             raise Unassembled from exc
         encoded.append(own)
@@ -159,6 +159,31 @@ def _order(
         for result in results.get(index, ()):
             ordered.extend(encoded[result - start])
     return tuple(ordered), tuple(closed), tuple(closed_units)
+
+
+# orjson reserves about 16 bytes per character of a string while writing it, so a long
+# content is written in pieces of this many characters (JSON escapes each character on its
+# own: the pieces' escapes joined are the whole one's) and put where a mark was written.
+_PIECE = 64 * 1024
+_MARK = "\x00contextfold content\x00"
+_MARKED = orjson.dumps(_MARK)[1:-1]
+
+
+def _encoded(message: NeutralMessage, encode: Encode) -> tuple[bytes, ...]:
+    """``encode(message)``, with a long content written in pieces. Raises as ``encode``."""
+    content = message.content
+    if len(content) <= _PIECE:
+        return encode(message)
+    marked = encode(replace(message, content=_MARK))
+    if sum(unit.count(_MARKED) for unit in marked) != 1 or any(
+        _MARKED in unit for unit in encode(replace(message, content=""))
+    ):
+        return encode(message)  # the content is not written once as it is: no shortcut
+    pieces = (
+        orjson.dumps(content[at : at + _PIECE])[1:-1] for at in range(0, len(content), _PIECE)
+    )
+    written = b"".join(pieces)
+    return tuple(unit.replace(_MARKED, written, 1) for unit in marked)
 
 
 def _common_prefix(a: tuple[NeutralMessage, ...], b: tuple[NeutralMessage, ...]) -> int:
