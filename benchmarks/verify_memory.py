@@ -14,7 +14,6 @@ much its peak resident set grew meanwhile.
 Claims, measured in this one run:
   verify_peak_10k_vs_1k           verifying 10x the requests takes the same memory
   verify_peak_vs_largest_request  that memory is a small multiple of the largest body
-                                  (orjson reserves about 8x a large body while writing it)
 
 Run: .venv/bin/python benchmarks/verify_memory.py [--requests N]
 """
@@ -42,6 +41,10 @@ COMPACT_EVERY = 20  # turns
 LARGE_AT = 500  # the first turn with a large document, then every LARGE_EVERY turns
 LARGE_EVERY = 2_500
 LARGE = 1024 * 1024  # characters
+# The largest request's own copies (its event as read and decoded, its item, rendered text,
+# serialized message and body: about 6x) and the transient of reading the page that holds
+# it (about 13x today): a constant factor of the largest request, whatever the stream.
+PER_BODY = 20
 QUESTION = "Please look at module {turn} again and tell me what its main loop does. " * 4
 
 
@@ -155,8 +158,8 @@ async def main(requests: int) -> int:
     per_body = peaks[full] / largest[full]
     label = f"{full // 1000}k_vs_{small // 1000}k" if small >= 1000 else f"{full}_vs_{small}"
     print(f"RATIO verify_peak_{label} {ratio:.2f} target <= 1.2")
-    print(f"RATIO verify_peak_vs_largest_request {per_body:.1f} target <= 25")
-    return 0 if ratio <= 1.2 and per_body <= 25 else 1
+    print(f"RATIO verify_peak_vs_largest_request {per_body:.1f} target <= {PER_BODY}")
+    return 0 if ratio <= 1.2 and per_body <= PER_BODY else 1
 
 
 if __name__ == "__main__":
