@@ -360,7 +360,8 @@ async def test_a_warm_turn_reads_only_new_events(journal: Journal) -> None:
     finally:
         store.read = original  # type: ignore[method-assign]
     assert len(report.requests) == 1
-    assert reads and all(after is not None for after, _ in reads), reads
+    # Its own appends fold into its cached states as they land: it may read nothing at all.
+    assert all(after is not None for after, _ in reads), reads
 
 
 async def test_interrupt_on_a_long_stream(journal: Journal) -> None:
