@@ -55,6 +55,10 @@ async def test_appends_queued_together_share_one_commit_and_fail_alone(tmp_path:
         release.set()
         await blocker
         results = await asyncio.gather(*appends, return_exceptions=True)
+        # The appends are answered from inside the worker's job, which then still runs
+        # statements (and the trace callback): removing the callback meanwhile would wait
+        # for the connection's mutex holding the GIL the callback needs. Let the job end.
+        await store._db.run(lambda conn: None)
         conn.set_trace_callback(None)
         assert commits == ["COMMIT"]
         assert isinstance(results[2], WrongExpectedVersionError)
