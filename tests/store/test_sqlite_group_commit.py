@@ -15,21 +15,11 @@ import contextfold as cf
 from contextfold.errors import StoreError, WrongExpectedVersionError
 from contextfold.journal import Journal
 from contextfold.store.sqlite import SQLiteStore
+from tests.store.helpers import until
 
 
 def raw(i: int) -> cf.RawEvent:
     return cf.RawEvent("note", {"i": i})
-
-
-async def until(condition: object) -> None:
-    """Yield to the loop until ``condition()`` holds (no timing: each turn lets the worker
-    and the loop's callbacks run)."""
-    assert callable(condition)
-    for _ in range(20_000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("condition never held")
 
 
 async def test_appends_queued_together_share_one_commit_and_fail_alone(tmp_path: Path) -> None:

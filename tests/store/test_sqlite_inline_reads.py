@@ -20,22 +20,13 @@ from contextfold.store import _sqlite_thread
 from contextfold.store._sqlite_thread import SQLiteThread
 from contextfold.store.base import ReadResult
 from contextfold.store.sqlite import SQLiteStore
+from tests.store.helpers import until
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER NOT NULL);"
 
 
 def where(conn: sqlite3.Connection) -> str:
     return threading.current_thread().name
-
-
-async def until(condition: object) -> None:
-    """Yield to the loop until ``condition()`` holds (no timing)."""
-    assert callable(condition)
-    for _ in range(20_000):
-        if condition():
-            return
-        await asyncio.sleep(0.001)
-    raise AssertionError("condition never held")
 
 
 async def test_a_short_read_runs_on_the_callers_thread_once_connected(tmp_path: Path) -> None:
