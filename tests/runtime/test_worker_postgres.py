@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from contextfold.context.events import LlmResponse
 from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal, open_journal
 from contextfold.runtime.clients import FunctionModel
-from contextfold.runtime.lease import lease_table
+from contextfold.runtime.lease import StreamLeased, lease_table, read_lease
 from contextfold.runtime.loop import Agent
 from contextfold.runtime.worker import Worker
 from contextfold.wire import NeutralRequest
@@ -92,3 +94,43 @@ async def test_two_workers_share_a_namespace_and_send_each_request_once(pg_dsn: 
         asked = [q for name in sent for q in sent[name]]
         assert sorted(asked) == sorted(f"question for {s}" for s in streams)
         assert {r.state for r in await lease_table(first)} == {"released"}
+
+
+async def test_a_turn_reads_no_version_and_its_own_notifications_read_nothing(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The versions a worker needs come with the scan and the notifications: it reads the
+    lease of a stream it looks at, and the notifications of its own appends, heard after
+    its run handed the stream back idle, read nothing at all."""
+    async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as observer:
+        calls: list[tuple[str, str, tuple[str, ...]]] = []
+        store = journal.store
+        for name in ("version", "latest", "head", "read"):
+
+            def recording(method: Any, name: str = name) -> Any:
+                async def call(namespace: str, stream: str, *args: Any, **kwargs: Any) -> Any:
+                    types = kwargs.get("types") or (args[0] if args else ())
+                    calls.append((name, stream, tuple(types or ())))
+                    return await method(namespace, stream, *args, **kwargs)
+
+                return call
+
+            monkeypatch.setattr(store, name, recording(getattr(store, name)))
+        worker = Worker(journal, _echo(), **NEVER_POLLS)
+        async with running(worker):
+
+            async def listening() -> bool:
+                return worker.listening
+
+            await eventually(listening, what="the worker listens")
+            await new_agent_stream(observer, "chat/a")
+            await eventually(lambda: answered(observer, "chat/a"), what="chat/a answered")
+            # Appended after chat/a's hand-back: once it is answered, the worker has heard
+            # every notification of chat/a's turn (they are sent in order).
+            await new_agent_stream(observer, "chat/marker")
+            await eventually(lambda: answered(observer, "chat/marker"), what="the marker")
+        record = await read_lease(observer, "chat/a")
+        assert record is not None and record.idle
+        mine = [(name, types) for name, stream, types in calls if stream == "chat/a"]
+        assert ("version", ()) not in mine
+        assert mine.count(("latest", (StreamLeased.event_type,))) == 1

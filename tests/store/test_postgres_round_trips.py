@@ -17,7 +17,7 @@ import pytest
 
 from contextfold.events import Event, StoredEvent
 from contextfold.journal import open_journal
-from contextfold.store.postgres import NOTIFY_CHANNEL, PostgresStore, wake_key
+from contextfold.store.postgres import NOTIFY_CHANNEL, PostgresStore, Wake, parse_wake, wake_key
 
 
 class Note(Event, type="test.round-trips/note"):
@@ -95,9 +95,9 @@ async def test_an_append_notifies_after_its_transaction_not_inside_it(
         async with aclosing(listener.notifies()) as notifies, open_journal(pg_dsn) as journal:
             await journal.append("s", Note(n=1))  # notified once committed
             first = await asyncio.wait_for(anext(notifies), 30)
-            assert first.payload == wake_key("default", "s")
+            assert parse_wake(first.payload).key == wake_key("default", "s")
             posted: list[str] = []
-            monkeypatch.setattr(PostgresStore, "_post", lambda self, key: posted.append(key))
+            monkeypatch.setattr(PostgresStore, "_post", lambda self, key, *_: posted.append(key))
             await journal.append("t", Note(n=2))  # its transaction sends nothing itself
             async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as other:
                 await other.execute("SELECT pg_notify(%s, 'marker')", (NOTIFY_CHANNEL,))
@@ -125,5 +125,35 @@ async def test_wake_ups_of_appends_committing_together_share_a_statement(
             monkeypatch.setattr(psycopg.AsyncCursor, "execute", spy)
             await asyncio.gather(*(journal.append(s, Note()) for s in streams))
             woken = {(await asyncio.wait_for(anext(notifies), 30)).payload for _ in streams}
-    assert woken == {wake_key("default", s) for s in streams}
+    assert {parse_wake(p).key for p in woken} == {wake_key("default", s) for s in streams}
     assert 1 <= len(sent) < len(streams)
+
+
+async def test_a_notification_names_the_streams_version_and_head_after_the_change(
+    pg_dsn: str,
+) -> None:
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as listener:
+        await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+        async with aclosing(listener.notifies()) as notifies, open_journal(pg_dsn) as journal:
+            key = wake_key("default", "s")
+            done = await journal.append("s", [Note(n=1), Note(n=2)])
+            heard = parse_wake((await asyncio.wait_for(anext(notifies), 30)).payload)
+            assert heard == Wake(key, 2, int(done.cursor))
+            # Appends committing close together share one, naming the newest.
+            results = [await journal.append("s", Note(n=n)) for n in range(3)]
+            newest = results[-1]
+            while heard.head != int(newest.cursor):
+                heard = parse_wake((await asyncio.wait_for(anext(notifies), 30)).payload)
+                assert heard.key == key and heard.head is not None
+                assert heard.head in {int(r.cursor) for r in results}
+            assert heard.version == newest.version == 5
+            await journal.delete_stream("s")
+            deleted = parse_wake((await asyncio.wait_for(anext(notifies), 30)).payload)
+            assert deleted == Wake(key, 0, None)
+
+
+def test_a_payload_of_another_shape_is_a_bare_key() -> None:
+    assert parse_wake("abc") == Wake("abc", None, None)
+    assert parse_wake("abc x 3") == Wake("abc", None, None)
+    assert parse_wake("abc 4 y") == Wake("abc", 4, None)
+    assert parse_wake("abc 4 12") == Wake("abc", 4, 12)

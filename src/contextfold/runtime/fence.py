@@ -136,6 +136,12 @@ class StreamLease:
         return self._version
 
     @property
+    def cursor(self) -> str | None:
+        """The cursor of an event at or before :attr:`version` (the newest this instance
+        appended or caught up on: at it, once it appended)."""
+        return self._cursor
+
+    @property
     def pending(self) -> bool:
         """Whether the claim is still to land, with the first append (a lazy claim)."""
         return self._pending

@@ -177,9 +177,10 @@ class LeaseView:
 
 
 async def view_lease(journal: Journal, stream: str, *, version: int | None = None) -> LeaseView:
-    """The stream's version, then its lease: two reads (one when ``version``, read just
-    before, is given). A lease event newer than the version read moves the version up to
-    it: it is the newest lease event there all the same."""
+    """The stream's version, then its lease: two reads (one when ``version`` is given: read
+    just before, or heard of in a notification; one behind the stream's only makes a claim
+    at it catch up as it lands). A lease event newer than the version moves the version up
+    to it: it is the newest lease event there all the same."""
     if version is None:
         version = await journal.version(stream)
     current = await read_lease(journal, stream)

@@ -12,7 +12,10 @@ stream is looked at as soon as it changes; the stream list is read again every
 ``rescan_interval`` seconds to catch a lost notification. On SQLite and in memory it reads
 the stream list every ``poll_interval`` seconds and looks at the streams whose version
 moved. A stream leased to another instance is looked at again when that lease lapses, or
-shortly after the stream changes (its holder may have handed it back).
+shortly after the stream changes (its holder may have handed it back). A change is heard of
+with the stream's version (and, notified, its head), so one a run left nothing to do after
+(the worker's own appends, heard after they landed) costs no read at all, and a look at a
+stream reads only its lease.
 
 Fairness: streams wait in one first-in, first-out queue; a stream that keeps its agent
 busy gives its slot up after ``quantum`` steps while others wait, and queues at the end.
@@ -53,7 +56,7 @@ from ..errors import (
     UsageError,
 )
 from ..journal import Journal
-from ..store.base import MAX_LIMIT, wait_or_timeout
+from ..store.base import MAX_LIMIT, parse_cursor, wait_or_timeout
 from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
@@ -74,6 +77,29 @@ _MAX_WAIT = 5.0
 _MAX_FOREIGN = 10_000  # notification keys of other namespaces remembered (then forgotten)
 _UNBORN = AgentContextState()
 _BUDGETS = TurnBudgets()
+
+
+@dataclass(frozen=True, slots=True)
+class _Mark:
+    """A stream as of a change: its version, and the global position of its newest event
+    when known (a notification says it; a scan does not)."""
+
+    version: int
+    head: int | None = None
+
+    def covers(self, heard: _Mark) -> bool:
+        """Whether ``heard`` is this point of the stream or an older one. By head when both
+        know it (global positions are never reused, so a stream deleted and made again is
+        never covered); else by version."""
+        if heard.head is not None and self.head is not None:
+            return heard.head <= self.head
+        return heard.version == self.version
+
+    def newer(self, heard: _Mark) -> _Mark:
+        """The newer of two changes heard of: by head when both know it, else the later heard."""
+        if heard.head is not None and self.head is not None and heard.head < self.head:
+            return self
+        return heard
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +181,8 @@ class Worker:
         self._queued: set[str] = set()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._dirty: set[str] = set()  # changed while running: looked at again after
-        self._settled: dict[str, int] = {}  # the version a run left a stream at, alone
+        self._settled: dict[str, _Mark] = {}  # where a stream was left with nothing to do
+        self._heard: dict[str, _Mark] = {}  # the newest change heard of, not yet looked at
         self._versions: dict[str, int] = {}
         self._blocked: dict[str, datetime] = {}  # looked at again at that time
         self._recheck: dict[str, float] = {}  # blocked streams that changed: when to look
@@ -261,14 +288,17 @@ class Worker:
         # Workers scanning the same list would otherwise race for the same streams in order.
         self._random.shuffle(changed)
         for stream in changed:
-            self._changed(stream)
+            self._changed(stream, _Mark(self._versions[stream]))
         # Keys no stream of this namespace has are another namespace's: ignored from now on.
         if len(self._foreign) > _MAX_FOREIGN:
             self._foreign.clear()
         self._foreign.update(k for k in self._unknown if k not in self._keys)
         self._unknown.clear()
 
-    def _changed(self, stream: str) -> None:
+    def _changed(self, stream: str, heard: _Mark | None = None) -> None:
+        if heard is not None:
+            known = self._heard.get(stream)
+            self._heard[stream] = heard if known is None else known.newer(heard)
         if stream in self._running:
             self._dirty.add(stream)
         elif stream in self._blocked:
@@ -314,7 +344,7 @@ class Worker:
 
     # -- PostgreSQL notifications -----------------------------------------------------------
 
-    def _key_of(self) -> Callable[[str, str], str] | None:
+    def _key_of(self) -> Callable[[str, str], str] | None:  # (namespace, stream) -> wake key
         if self._postgres_url() is None:
             return None
         from ..store.postgres import wake_key
@@ -362,10 +392,14 @@ class Worker:
             await asyncio.sleep(pause)
             pause = min(pause * 2, _MAX_SCAN_PAUSE)
 
-    def _notified(self, key: str) -> None:
+    def _notified(self, payload: str) -> None:
+        from ..store.postgres import parse_wake
+
+        wake = parse_wake(payload)
+        key = wake.key
         stream = self._keys.get(key)
         if stream is not None:
-            self._changed(stream)
+            self._changed(stream, None if wake.version is None else _Mark(wake.version, wake.head))
         elif key not in self._foreign and key not in self._unknown:
             self._unknown.add(key)  # a new stream, or another namespace's: the scan tells
             self._rescan_soon()
@@ -391,12 +425,16 @@ class Worker:
             self._wake.set()
 
     async def _work(self, stream: str) -> None:
-        version: int | None = None
+        heard = self._heard.pop(stream, None)
+        version = heard.version if heard is not None else None
         settled = self._settled.pop(stream, None)
         if settled is not None:
-            version = await self.journal.version(stream)
-            if version == settled:
-                # Nothing appended since this worker's run: the change it heard of was its own.
+            if heard is None:
+                version = await self.journal.version(stream)
+                heard = _Mark(version)
+            if settled.covers(heard):
+                # Nothing appended since it was left idle: the change heard of was older (this
+                # worker's own appends, heard after its run).
                 self._settled[stream] = settled
                 return
         paused = self._paused.get(stream)
@@ -410,9 +448,14 @@ class Worker:
                 await self._run_leased(stream, None, self._failures.get(stream, 0))
             return
         # The lease first: a stream another instance holds, or one handed back idle with
-        # nothing appended since (by any worker), is not read any further.
+        # nothing appended since (by any worker), is not read any further. A version heard
+        # of may be behind the stream's: a claim made at it catches up as it lands.
         view = await view_lease(self.journal, stream, version=version)
-        if view.settled or not await self._may_have_work(stream):
+        if view.settled:
+            assert view.lease is not None
+            self._settled[stream] = _Mark(view.version, parse_cursor(view.lease.cursor))
+            return
+        if not await self._may_have_work(stream):
             return
         try:
             lease = await claim_lease(
@@ -457,9 +500,13 @@ class Worker:
             await _quietly(lease.release(idle=idle))
             if idle and lease.others_appended == 0 and not lease.active and not lease.lost:
                 # Released, and nobody else appended meanwhile: the changes heard of while
-                # it ran (and the ones still to come in) are this run's own appends.
-                self._settled[stream] = lease.version
-                self._dirty.discard(stream)
+                # it ran (and the ones still to come in) are this run's own appends, unless
+                # one heard of is newer than the hand-back.
+                settled = _Mark(lease.version, parse_cursor(lease.cursor))
+                self._settled[stream] = settled
+                heard = self._heard.get(stream)
+                if heard is None or settled.covers(heard):
+                    self._dirty.discard(stream)
 
     async def _run(self, agent: Agent, stream: str) -> bool:
         """Run the agent until it has nothing to do (True), or until it gave its slot up to

@@ -7,7 +7,8 @@ from __future__ import annotations
 __all__ = ["NOTIFY_CHANNEL"]
 
 NOTIFY_CHANNEL = "contextfold_events"
-"""The LISTEN/NOTIFY channel; the payload is a hash of namespace and stream."""
+"""The LISTEN/NOTIFY channel; the payload names the stream (a hash of namespace and stream),
+its version and its head (``postgres.parse_wake``)."""
 
 _SCHEMA_LOCK = 0x63665F736368656D  # pg_advisory_xact_lock key ("cf_schem")
 _PAGE = 1000

@@ -9,7 +9,9 @@ trip) unless it has an idempotency key: then two, pipelined. Every committed app
 sends a NOTIFY right after its commit, from a task that sends what appends committed
 meanwhile in one statement (see ``_NOTIFY_MANY`` for why not inside the append);
 ``subscribe`` wakes on it through one listening connection per store and re-reads every
-``poll_fallback`` seconds anyway, so a lost notification only delays.
+``poll_fallback`` seconds anyway, so a lost notification only delays. A notification names
+the stream (by a hash) and its version and head after the append (:func:`parse_wake`), so a
+listener can tell a change it has seen from a new one without asking the database.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import hashlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -63,7 +66,15 @@ from .base import (
     wrong_version,
 )
 
-__all__ = ["NOTIFY_CHANNEL", "PostgresStore", "driver_error", "redact_url", "wake_key"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "PostgresStore",
+    "Wake",
+    "driver_error",
+    "parse_wake",
+    "redact_url",
+    "wake_key",
+]
 
 R = TypeVar("R")
 
@@ -109,7 +120,8 @@ class PostgresStore(Store):
         self._open_lock = asyncio.Lock()
         self._listen_lock = asyncio.Lock()
         self._next_listen = 0.0
-        self._outbox: set[str] = set()  # wake keys of committed appends, not yet sent
+        # Wake keys of committed appends, not yet sent: the stream's newest head and version.
+        self._outbox: dict[str, tuple[int, int]] = {}
         self._sender: asyncio.Task[None] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
@@ -252,9 +264,9 @@ class PostgresStore(Store):
         if last is None:  # the expected version differed: nothing was written
             assert expected_version is not None
             raise wrong_version(stream, expected_version, await self.version(namespace, stream))
-        self._wake(wake)
-        self._post(wake)
         version, last_global = last[0], last[1]
+        self._wake(wake)
+        self._post(wake, version + n, last_global)
         return AppendResult(stream, version + 1, version + n, str(last_global))
 
     async def read(
@@ -351,6 +363,7 @@ class PostgresStore(Store):
             await conn.execute(f"DELETE FROM cf_events WHERE {_WHERE}", args)
             await conn.execute(f"DELETE FROM cf_idempotency WHERE {_WHERE}", args)
             # Sent at commit (and only then): the stream's tails signal the reset at once.
+            args["wake"] = f"{wake} 0"  # version 0, no head
             await conn.execute(f"SELECT pg_notify('{NOTIFY_CHANNEL}', %(wake)s)", args)
         self._wake(wake)
         return found.rowcount > 0
@@ -448,7 +461,7 @@ class PostgresStore(Store):
     async def _pump_notifies(self, conn: psycopg.AsyncConnection[Any]) -> None:
         try:
             async for notify in conn.notifies():
-                self._wake(notify.payload)
+                self._wake(parse_wake(notify.payload).key)
         except (psycopg.Error, OSError):
             pass  # the tails fall back to polling and reconnect the listener
         finally:
@@ -470,9 +483,12 @@ class PostgresStore(Store):
 
     # -- wake-ups of other processes ------------------------------------------------------
 
-    def _post(self, key: str) -> None:
-        """Have the NOTIFY of a committed append sent (with any others posted meanwhile)."""
-        self._outbox.add(key)
+    def _post(self, key: str, version: int, head: int) -> None:
+        """Have the NOTIFY of a committed append sent (with any others posted meanwhile): one
+        per stream, naming the newest ``head`` (global position) posted and its ``version``."""
+        posted = self._outbox.get(key)
+        if posted is None or head > posted[0]:
+            self._outbox[key] = (head, version)
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_wakeups(), name="contextfold-notify")
 
@@ -481,7 +497,7 @@ class PostgresStore(Store):
         while self._outbox and self._pool is not None:
             if not self._closed:
                 await asyncio.sleep(_NOTIFY_WINDOW)  # the appends committing meanwhile join
-            keys = sorted(self._outbox)
+            keys = [f"{k} {v} {g}" for k, (g, v) in sorted(self._outbox.items())]
             self._outbox.clear()
             try:
                 async with self._pool.connection() as conn:
@@ -538,9 +554,41 @@ def _wake_key(namespace: str, stream: str) -> str:
 
 
 def wake_key(namespace: str, stream: str) -> str:
-    """The payload of the :data:`NOTIFY_CHANNEL` notification every append to (and deletion
-    of) the stream sends: a listener tells the streams apart by it."""
+    """The key naming the stream in the :data:`NOTIFY_CHANNEL` notification every append to
+    (and deletion of) it sends (:attr:`Wake.key`): a listener tells the streams apart by it."""
     return _wake_key(namespace, stream)
+
+
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """A :data:`NOTIFY_CHANNEL` notification: which stream changed, and to what.
+
+    Every append sends one after it commits (several appends to a stream committing close
+    together share one, naming the newest), and a deletion one at its commit.
+    """
+
+    key: str
+    """The stream, as :func:`wake_key` names it."""
+    version: int | None
+    """The stream's version after the change (0: deleted); None when the payload does not say."""
+    head: int | None
+    """The global position of the stream's newest event after the change (its cursor, as
+    an int); None after a deletion or when the payload does not say."""
+
+
+def parse_wake(payload: str) -> Wake:
+    """A notification's payload, ``"<key> <version> <head>"`` (``"<key> 0"`` for a
+    deletion), decoded. A payload of another shape is a bare key (version and head None):
+    a listener treats it as a change it knows nothing more of."""
+    key, _, rest = payload.partition(" ")
+    version_text, _, head_text = rest.partition(" ")
+    version = int(version_text) if version_text.isascii() and version_text.isdigit() else None
+    head = (
+        int(head_text)
+        if version is not None and head_text.isascii() and head_text.isdigit()
+        else None
+    )
+    return Wake(key, version, head)
 
 
 def _pipeline(conn: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
