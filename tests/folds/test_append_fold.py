@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import model_validator
 
 import contextfold as cf
 from contextfold.store.memory import MemoryStore
@@ -47,6 +48,7 @@ def said_fold(name: str) -> cf.Fold[tuple[str, ...]]:
 
 
 SAID = said_fold("apf_said")
+SAID_TOO = said_fold("apf_said_too")  # the same event classes: appends decode them once
 RUN_SAID: cf.Fold[tuple[str, ...]] = cf.Fold(
     "apf_run_said", state=tuple[str, ...], initial=tuple, scope="run"
 )
@@ -205,6 +207,57 @@ async def test_without_known_global_positions_a_batch_is_read(sqlite_path: str) 
         await store.close()
 
 
+class Counted(cf.Event, type="apf/counted"):
+    """Counts its decodes (and constructions) in ``DECODES``."""
+
+    n: int
+
+    @model_validator(mode="after")
+    def _count(self) -> Counted:
+        DECODES.append(self.n)
+        return self
+
+
+DECODES: list[int] = []
+
+
+def counted_fold(name: str) -> cf.Fold[tuple[int, ...]]:
+    fold: cf.Fold[tuple[int, ...]] = cf.Fold(name, state=tuple[int, ...], initial=tuple)
+    fold.on(Counted)(lambda state, ev: (*state, ev.payload.n))
+    return fold
+
+
+async def test_folds_taking_one_event_class_decode_an_appended_event_once(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    first, second = counted_fold("apf_first"), counted_fold("apf_second")
+    await journal.fold(first, "s")
+    await journal.fold(second, "s")
+    events = [Counted(n=1), Said(text="a"), Counted(n=2)]
+    DECODES.clear()
+    await journal.append("s", events)
+    assert DECODES == [1, 2]  # once per event, for both folds
+    assert await journal.fold(first, "s") == await journal.fold(second, "s") == (1, 2)
+    assert await cold(store, first) == (1, 2)
+
+
+async def test_a_handler_registered_after_a_read_folds_the_next_append(
+    store: RecordingStore,
+) -> None:
+    journal = cf.Journal(store)
+    fold = said_fold("apf_later")
+    await journal.append("s", Said(text="a"))
+    await journal.fold(fold, "s")
+    fold.on(Other)(lambda state, ev: (*state, f"other {ev.payload.n}"))
+    await journal.append("s", [Other(n=1), Said(text="b")])
+    store.clear()
+    state = await journal.fold(fold, "s")
+    assert store.reads == ()
+    assert state == await cold(store, fold)
+    assert state[1] == "other 1" and state[2].startswith("b@3/")
+
+
 # -- property: any interleaving with a second writer on the same SQLite file ----------------
 
 operations = st.one_of(
@@ -223,6 +276,7 @@ operations = st.one_of(
 async def same_as_cold(mine: cf.Journal, other: cf.Store, stream: str) -> None:
     fresh = cf.Journal(other)
     assert await mine.fold(SAID, stream) == await fresh.fold(SAID, stream)
+    assert await mine.fold(SAID_TOO, stream) == await fresh.fold(SAID_TOO, stream)
     run = await mine.fold(RUN_SAID, stream, run_id="r1")
     assert run == await fresh.fold(RUN_SAID, stream, run_id="r1")
 

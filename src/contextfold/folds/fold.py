@@ -26,7 +26,7 @@ from .freeze import freeze
 if TYPE_CHECKING:
     from ..store.base import Store
 
-__all__ = ["Fold", "FoldBase", "Handler", "Scope", "Skip"]
+__all__ = ["Fold", "FoldBase", "Handler", "Reading", "Scope", "Skip"]
 
 S = TypeVar("S")
 Scope = Literal["context", "run"]
@@ -46,6 +46,28 @@ class _Registered:
     event: type[Event]
     apply: Callable[[Any, Envelope[Any]], Any]
     """A step on the fold's working form (see FoldBase._working)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What a read or an append needs of a fold, made once per definition (a handler
+    registered later makes it again)."""
+
+    types: frozenset[str]
+    """The type names with a handler."""
+    read_types: tuple[str, ...]
+    """What a read asks the store for: those types, and the checkpoint type when it takes them."""
+    stop: str | None
+    """The checkpoint type when the fold takes checkpoints (folding stops at one), else None."""
+    run_scoped: bool
+
+
+# A step of one event type: (validator, its validate_json, the handler's step, event class).
+# The validator is kept to see that the class's is still it: a class completing its schema
+# after the fold is defined (forward references) gets a new one.
+_Steps = tuple[Any, Callable[[bytes], Any], Callable[[Any, Envelope[Any]], Any], type[Event]]
+_UNSEEN: Any = object()
+_MAX_UNHANDLED = 1024  # type names remembered as having no handler (raw types are unbounded)
 
 
 class FoldBase(Generic[S]):
@@ -69,6 +91,8 @@ class FoldBase(Generic[S]):
         self.scope: Scope = scope
         self.version = version
         self._handlers: dict[str, _Registered] = {}
+        self._reading: Reading | None = None
+        self._steps: dict[str, _Steps | None] = {}
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name}@{self.version}>"
@@ -86,11 +110,27 @@ class FoldBase(Generic[S]):
                 "one handler per event"
             )
         self._handlers[event.event_type] = _Registered(event, apply)
+        self._reading = None
+        self._steps = {}
 
     @property
     def event_types(self) -> tuple[str, ...]:
         """The type names this fold reads."""
         return tuple(self._handlers)
+
+    def reading(self) -> Reading:
+        """The fold's :class:`Reading` (made once, again after a handler is registered)."""
+        reading = self._reading
+        if reading is None:
+            types = tuple(self._handlers)
+            stop = self.checkpoint_type if self.can_checkpoint else None
+            reading = self._reading = Reading(
+                frozenset(types),
+                types if stop is None else (*types, stop),
+                stop,
+                self.scope == "run",
+            )
+        return reading
 
     def validate(self) -> None:
         """Raise FoldDefinitionError when the fold has no handler (it would read nothing)."""
@@ -178,10 +218,53 @@ class FoldBase(Generic[S]):
         """:meth:`fold_stored` on a read's working form (from :meth:`_open_read`)."""
         if self._per_event():
             return self._fold_each(work, events, start, stop, run_id, run_scoped, skip)
-        handlers = self._handlers
-        # Per read, not per definition: an event class may complete its schema after the
-        # fold is defined (forward references), and its validator is read when first used.
-        plan: dict[str, tuple[Callable[[bytes], Any], Callable[[Any, Envelope[Any]], Any]]] = {}
+        return self._fold_steps(work, events, start, stop, run_id, run_scoped, skip, None)
+
+    def _fold_appended(
+        self,
+        state: S,
+        events: Sequence[StoredEvent],
+        reading: Reading,
+        run_id: str | None,
+        skip: Skip,
+        decoded: dict[tuple[int, int], Any],
+    ) -> tuple[S, int, int]:
+        """:meth:`fold_stored` of what one append stored, for the reader: ``decoded`` holds
+        the payloads decoded so far by the folds of the same append, by (validator, index);
+        a payload decodes alike for every fold whose handler takes the same event class."""
+        if self._per_event():
+            return self._fold_each(state, events, 0, reading.stop, run_id, reading.run_scoped, skip)
+        work, index, folded = self._fold_steps(
+            self._working(state), events, 0, reading.stop, run_id, reading.run_scoped, skip, decoded
+        )
+        return self._settled(work), index, folded
+
+    def _steps_of(self, kind: str) -> _Steps | None:
+        """The step of ``kind`` (None: no handler), remembered until the class's validator
+        changes or a handler is registered."""
+        registered = self._handlers.get(kind)
+        if registered is None:
+            if len(self._steps) < _MAX_UNHANDLED:
+                self._steps[kind] = None
+            return None
+        event = registered.event
+        validator = event.__pydantic_validator__
+        steps = (validator, validator.validate_json, registered.apply, event)
+        self._steps[kind] = steps
+        return steps
+
+    def _fold_steps(
+        self,
+        work: Any,
+        events: Sequence[StoredEvent],
+        start: int,
+        stop: str | None,
+        run_id: str | None,
+        run_scoped: bool,
+        skip: Skip,
+        decoded: dict[tuple[int, int], Any] | None,
+    ) -> tuple[Any, int, int]:
+        known = self._steps
         seal = self._step_seal()
         make = tuple.__new__
         folded = 0
@@ -190,17 +273,23 @@ class FoldBase(Generic[S]):
             kind = event[4]
             if kind == stop:
                 return work, index, folded
-            steps = plan.get(kind)
+            steps = known.get(kind, _UNSEEN)
+            if steps is _UNSEEN or (
+                steps is not None and steps[3].__pydantic_validator__ is not steps[0]
+            ):
+                steps = self._steps_of(kind)
             if steps is None:
-                registered = handlers.get(kind)
-                if registered is None:
-                    continue
-                validator = registered.event.__pydantic_validator__
-                steps = plan[kind] = (validator.validate_json, registered.apply)
+                continue
             if run_scoped and event[8] != run_id:
                 continue
             try:
-                payload = steps[0](event[5])
+                if decoded is None:
+                    payload = steps[1](event[5])
+                else:
+                    memo = (id(steps[0]), index)
+                    payload = decoded.get(memo, _UNSEEN)
+                    if payload is _UNSEEN:
+                        payload = decoded[memo] = steps[1](event[5])
             except ValueError as exc:  # pydantic's ValidationError is one
                 skip("decode", event, str(exc).splitlines()[0])
                 continue
@@ -208,7 +297,7 @@ class FoldBase(Generic[S]):
             envelope = make(Envelope, (payload, event[6:], event[1], event[3], event[2], kind))
             folded += 1
             try:
-                work = steps[1](work, envelope)
+                work = steps[2](work, envelope)
                 if seal is not None:
                     work = seal(work)
             except MissingSegmentError:

@@ -15,10 +15,11 @@ import gc
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from opentelemetry import metrics
@@ -27,7 +28,7 @@ from pydantic import ValidationError
 from ..errors import ConfigurationError, FoldDefinitionError, StoreError
 from ..events import StoredEvent
 from ..store.base import Store
-from .fold import FoldBase
+from .fold import FoldBase, Reading
 
 __all__ = ["FoldCache", "FoldReader", "Skipped"]
 
@@ -42,6 +43,7 @@ _events_counter = _meter.create_counter(
 )
 
 Start = Literal["cold", "warm", "reset", "append"]
+_UNASKED: Any = object()
 PAGE = 5000
 MAX_RESETS = 3  # rebuilds of one read after stale cursors, before it gives up
 
@@ -67,8 +69,11 @@ class _Flight:
     ended: bool = False  # its run ended while reads were in flight: they cache nothing
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Entry:
+    """A cached state. Changed in place (by a read's touch and an append's fold-in) only
+    between awaits: a read copies out what it needs before it awaits the store."""
+
     state: Any
     cursor: str | None
     checkpoint_at: int  # global position of the checkpoint the state is based on (0: none)
@@ -105,8 +110,7 @@ class FoldCache:
             return None
         # A read: its ttl starts again and it moves to the recent end, so the entries stay
         # in touched order (expiry pops from the old end) even if this read then fails.
-        entry = replace(entry, touched=now)
-        self._entries[key] = entry
+        entry.touched = now
         self._entries.move_to_end(key)
         return entry
 
@@ -134,11 +138,6 @@ class FoldCache:
     def holds(self, namespace: str, stream: str) -> bool:
         """Whether any state of the stream is cached."""
         return (namespace, stream) in self._streams
-
-    def overwrite(self, key: tuple[Any, ...], entry: _Entry) -> None:
-        """Replace a cached entry in place: no read, so its recency stays as it was."""
-        if key in self._entries:
-            self._entries[key] = entry
 
     def drop(self, predicate: Callable[[tuple[Any, ...]], bool]) -> None:
         for key in [k for k in self._entries if predicate(k)]:
@@ -173,6 +172,7 @@ class FoldReader:
         self._reported: OrderedDict[tuple[str, str, str], None] = OrderedDict()
         self._checkpointing: dict[tuple[str, int], FoldBase[Any]] = {}
         self._names: dict[str, FoldBase[Any]] = {}
+        self._checked: weakref.WeakSet[FoldBase[Any]] = weakref.WeakSet()  # identity checked
         self.skipped: list[Skipped] = []  # the newest reports, for inspection (bounded)
 
     # -- identity -----------------------------------------------------------------------------
@@ -230,25 +230,38 @@ class FoldReader:
     async def read_with_cursor(
         self, fold: FoldBase[S], namespace: str, stream: str, *, run_id: str | None = None
     ) -> tuple[S, str | None]:
-        self._check_identity(fold)
+        if fold not in self._checked:
+            self._check_identity(fold)
+            self._checked.add(fold)
         if fold.scope == "run" and run_id is None:
             raise FoldDefinitionError(f"fold {fold.name} is run-scoped: read it with run_id=…")
         # The fold object itself, not id(fold): a dead fold's id may be reused by another.
         key = (namespace, stream, fold, run_id if fold.scope == "run" else None)
+        # An append folded in last: the state is current while its last event is still the
+        # stream's head. Any head seen during this call will do: a state at it holds every
+        # event stored before the call. With no read in flight that takes no lock to see.
+        seen: Any = _UNASKED
         flight = self._locks.get(key)
         if flight is None:
-            flight = self._locks[key] = _Flight()
+            cached = self.cache.get(key, self._clock())
+            if cached is not None and cached.applied:
+                state, cursor, head = cached.state, cached.cursor, cached.head
+                seen = await self.store.head(namespace, stream)
+                if seen == head:
+                    return state, cursor
+            flight = self._locks.get(key)
+            if flight is None:
+                flight = self._locks[key] = _Flight()
         flight.users += 1
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
-                # An append folded in last: current while its last event is still the head.
-                if (
-                    cached is not None
-                    and cached.applied
-                    and await self.store.head(namespace, stream) == cached.head
-                ):
-                    return cached.state, cached.cursor
+                if cached is not None and cached.applied:
+                    state, cursor, head = cached.state, cached.cursor, cached.head
+                    if seen is _UNASKED:
+                        seen = await self.store.head(namespace, stream)
+                    if seen == head:
+                        return state, cursor
                 start: Start = "warm"
                 if cached is None or cached.state is None:
                     start = "cold"
@@ -293,7 +306,8 @@ class FoldReader:
         """
         if not events:
             return
-        first = events[0]
+        first, last = events[0], events[-1]
+        decoded: dict[tuple[int, int], Any] = {}  # payloads, shared by the folds below
         for key, entry in self.cache.of_stream(namespace, stream):
             if entry.state is None or entry.version != first.position - 1:
                 continue
@@ -302,40 +316,28 @@ class FoldReader:
             ):
                 continue
             fold: FoldBase[Any] = key[2]
-            checkpoint = fold.checkpoint_type if fold.can_checkpoint else None
+            reading = fold.reading()
 
             def skip(reason: Any, event: StoredEvent, detail: str, fold: Any = fold) -> None:
                 self._report(fold, reason, event, detail)
 
             try:
-                state, index, folded = fold.fold_stored(
-                    entry.state,
-                    events,
-                    stop=checkpoint,
-                    run_id=key[3],
-                    run_scoped=fold.scope == "run",
-                    skip=skip,
+                state, index, folded = fold._fold_appended(
+                    entry.state, events, reading, key[3], skip, decoded
                 )
             except Exception:  # the next read folds the same events and raises it
                 log.debug("fold %s: an append's events are left to the next read", fold.name)
                 continue
             if index < len(events):
                 continue  # its checkpoint: the read restores it
-            types = set(fold.event_types)
-            cursor = next((e.cursor for e in reversed(events) if e.type in types), entry.cursor)
-            last = events[-1]
-            self.cache.overwrite(
-                key,
-                replace(
-                    entry,
-                    state=state,
-                    cursor=cursor,
-                    version=last.position,
-                    head=last.cursor,
-                    applied=True,
-                ),
-            )
-            _events_counter.add(folded, {"fold": fold.name, "start": "append"})
+            # No read, so its recency stays as it was.
+            entry.state = state
+            entry.cursor = _last_cursor(events, reading, entry.cursor)
+            entry.version = last[3]
+            entry.head = str(last[2])
+            entry.applied = True
+            if folded:
+                _events_counter.add(folded, {"fold": fold.name, "start": "append"})
 
     def end_run(self, namespace: str, stream: str, run_id: str) -> None:
         """Drop the run-scoped states of a run that ended."""
@@ -391,11 +393,7 @@ class FoldReader:
     ) -> tuple[_Entry, int, bool]:
         """A new entry: ``entry`` with the events after its cursor folded in (``entry`` is left
         as it is). Returns (new entry, events folded, reset)."""
-        types = (
-            [*fold.event_types, fold.checkpoint_type]
-            if fold.can_checkpoint
-            else list(fold.event_types)
-        )
+        types = fold.reading().read_types
         work, cursor, checkpoint_at = (
             fold._open_read(entry.state),
             entry.cursor,
@@ -448,8 +446,8 @@ class FoldReader:
     ) -> tuple[Any, str | None, int, int, bool]:
         """``events`` folded into the read's working form: (work, cursor, checkpoint_at,
         folded, rebased); stops at a checkpoint that restores (rebased)."""
-        checkpoint = fold.checkpoint_type if fold.can_checkpoint else None
-        run_scoped = fold.scope == "run"
+        reading = fold.reading()
+        checkpoint, run_scoped = reading.stop, reading.run_scoped
 
         def skip(reason: str, event: StoredEvent, detail: str) -> None:
             self._report(fold, reason, event, detail)
@@ -475,6 +473,17 @@ class FoldReader:
         if events:
             cursor = events[-1].cursor
         return work, cursor, checkpoint_at, folded, False
+
+
+def _last_cursor(events: Sequence[StoredEvent], reading: Reading, cursor: str | None) -> str | None:
+    """The cursor of the newest of ``events`` of the fold's types (a read's cursor), else
+    ``cursor``."""
+    types = reading.types
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event[4] in types:
+            return str(event[2])
+    return cursor
 
 
 _NEVER = 2**31 - 1
