@@ -70,6 +70,7 @@ __all__ = [
     "prefix_snapshot",
     "render",
     "render_item",
+    "retimed",
 ]
 
 PROTOCOL = """\
@@ -497,12 +498,7 @@ def build_request(
     _with_breakpoint(items)
     messages.extend(items)
     if timestamp is not None:
-        # User role on every transport: a system or leading developer tail would be hoisted
-        # into Anthropic's system prefix, and a request must end with a user turn there.
-        tail = NeutralMessage(
-            role="user", content=f"{TAIL_PREFIX}{timestamp}", cache_breakpoint=True
-        )
-        messages.append(tail)
+        messages.append(_tail(timestamp))
 
     return NeutralRequest(
         model=header.model,
@@ -513,6 +509,26 @@ def build_request(
         temperature=header.temperature,
         stream=header.stream,
     )
+
+
+def _tail(timestamp: str) -> NeutralMessage:
+    # User role on every transport: a system or leading developer tail would be hoisted
+    # into Anthropic's system prefix, and a request must end with a user turn there.
+    return NeutralMessage(role="user", content=f"{TAIL_PREFIX}{timestamp}", cache_breakpoint=True)
+
+
+def retimed(request: NeutralRequest, timestamp: str) -> NeutralRequest:
+    """``request``, built by :func:`build_request` with a timestamp, with its tail stating
+    ``timestamp`` instead: equal to the request built from the same state and header at
+    that time, without building it again. Raises RenderError when it has no tail."""
+    last = request.messages[-1] if request.messages else None
+    if (
+        last is None
+        or last.content[: len(TAIL_PREFIX)] != TAIL_PREFIX
+        or last != _tail(last.content[len(TAIL_PREFIX) :])
+    ):
+        raise RenderError("the request ends without a tail to retime: build it with a timestamp")
+    return replace(request, messages=(*request.messages[:-1], _tail(timestamp)))
 
 
 def render(

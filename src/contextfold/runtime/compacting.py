@@ -95,22 +95,24 @@ class CompactionSteps(MaterializingSteps):
 
     async def _relieve_pressure(
         self, context: AgentContextState, header: RequestHeader, report: RunReport
-    ) -> AgentContextState:
+    ) -> tuple[AgentContextState, NeutralRequest | None]:
         """The pressure gate before a request goes out: estimate it with ``header``
         (session prefix included: a new instance's prefix may have grown) and, when it
         crosses the threshold, summarize the previous request first. Returns the context
-        the request is built from. Raises CompactionError like the catch-up."""
+        the request is built from, and the request estimated from that context (None when
+        there was none to estimate, or a compaction changed the context). Raises
+        CompactionError like the catch-up."""
         previous = context.request_offset
         if previous is None or previous <= context.compacted_through:
-            return context
-        estimate = _estimate(build_request(context, header), header.transport)
-        if not self._over(estimate, header.model):
-            return context
+            return context, None
+        request = build_request(context, header)
+        if not self._over(_estimate(request, header.transport), header.model):
+            return context, request
         # Measured like the request about to go: an estimate of previous's own body.
         attempt = self._attempt(context, previous, _estimate_of(context), header.model)
         if await self._compact(previous, report, attempt=attempt):
-            return await self.journal.fold(AgentContext, self.stream)
-        return context
+            return await self.journal.fold(AgentContext, self.stream), None
+        return context, request
 
     def _over(self, tokens: int, model: str) -> bool:
         return needs_compaction(

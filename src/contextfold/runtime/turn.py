@@ -8,7 +8,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncGenerator, Awaitable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -24,7 +24,7 @@ from ..context.events import (
 )
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
-from ..context.request import build_request, prefix_snapshot
+from ..context.request import build_request, prefix_snapshot, retimed
 from ..context.state import AgentContextState, ContextItem
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
@@ -116,14 +116,16 @@ class TurnSteps(CompactionSteps):
         self, context: AgentContextState, decision: Decision, report: RunReport
     ) -> None:
         header = await self._header(context)
-        context = await self._relieve_pressure(context, header, report)  # the pressure gate
+        # The pressure gate; what it estimated is what goes out, but for the tail's time.
+        context, estimated = await self._relieve_pressure(context, header, report)
         # An unchanged header is logged once: later requests carry None and reuse it.
         logged = None if context.header == header else header
         appended = await self.journal.append(
             self.stream, LlmRequestRequested(header=logged, reason=decision.reason), actor="agent"
         )
         offset = appended.first_position
-        await self._send(offset, report)
+        planned = None if estimated is None else _Planned(context, header, estimated)
+        await self._send(offset, report, planned)
 
     async def _retry(self, offset: int, appended_by: str | None, report: RunReport) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
@@ -157,16 +159,18 @@ class TurnSteps(CompactionSteps):
         await self._emit(RequestRetried(offset=offset))
         await self._send(offset, report)
 
-    async def _send(self, offset: int, report: RunReport) -> None:
+    async def _send(self, offset: int, report: RunReport, planned: _Planned | None = None) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
         neutral: NeutralRequest | None = None
         if context.request_offset == offset and context.header is not None:
-            # The cached fold through the request: the per-turn cost stays flat...
-            try:
-                neutral = build_request(context, through=offset)
-                transport = context.header.transport
-            except RenderError:
-                pass  # ...unless a compaction after @offset removed items the request saw
+            transport, time = context.header.transport, context.request_time
+            if planned is not None and time is not None and planned.holds_for(context):
+                neutral = retimed(planned.request, time)
+            else:
+                # The cached fold through the request: the per-turn cost stays flat, unless
+                # a compaction after @offset removed items the request saw.
+                with contextlib.suppress(RenderError):
+                    neutral = build_request(context, through=offset)
         if neutral is None:  # a retry after later requests or a compaction: fold through it
             state = await rebuild_state(self.journal, self.stream, offset)
             assert state.header is not None
@@ -325,6 +329,27 @@ class TurnSteps(CompactionSteps):
         await self.journal.append(self.stream, [response, item], actor="agent")
         recorded_output = replace(output, text=text, tool_calls=calls)
         await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
+
+
+@dataclass(frozen=True, slots=True)
+class _Planned:
+    """The request the pressure gate estimated: built from ``context`` with ``header``, and
+    timed at the previous request."""
+
+    context: AgentContextState
+    header: RequestHeader
+    request: NeutralRequest
+
+    def holds_for(self, folded: AgentContextState) -> bool:
+        """Whether ``folded``, the context through the request event, holds what the plan
+        was built from: the same lanes (states share unchanged tuples, so nothing was added
+        in between) and header. Then the request is the plan, timed at the request."""
+        return (
+            folded.system is self.context.system
+            and folded.history is self.context.history
+            and folded.header == self.header
+            and self.context.request_time is not None  # the plan has a tail to retime
+        )
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:

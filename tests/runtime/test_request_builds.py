@@ -1,0 +1,94 @@
+"""A request is built once: the one the pressure gate estimated goes out, timed at the
+request, unless the context changed between the estimate and the request event (another
+writer's item), when it is built again; either way it rebuilds byte for byte."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import contextfold as cf
+from contextfold.context.rebuild import verify_requests
+from contextfold.journal import Journal
+from contextfold.runtime import compacting, turn
+from contextfold.runtime.loop import Agent, system_prompt
+from tests.runtime.helpers import STREAM
+
+
+def lookup(path: str) -> str:
+    """Read a file."""
+    return f"contents of {path}"
+
+
+def _model(request: cf.NeutralRequest) -> cf.ModelOutput | str:
+    if request.messages[-2].role == "tool":
+        return "done"
+    n = len(request.messages)
+    return cf.ModelOutput(tool_calls=(cf.ToolCall(id=f"c{n}", name="lookup", arguments="{}"),))
+
+
+def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    built: list[int] = []
+    for module in (compacting, turn):
+        original = module.build_request
+
+        def counting(*args: Any, _original: Any = original, **options: Any) -> Any:
+            built.append(1)
+            return _original(*args, **options)
+
+        monkeypatch.setattr(module, "build_request", counting)
+    return built
+
+
+async def _turns(journal: Journal, agent: Agent, n: int) -> list[int]:
+    requests: list[int] = []
+    for k in range(n):
+        await journal.append(STREAM, cf.ContextAdded(role="user", content=f"read file {k}"))
+        report = await agent.run_until_idle()
+        requests.extend(report.requests)
+    return requests
+
+
+async def test_a_request_the_gate_estimated_is_built_once(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await journal.append(STREAM, system_prompt("You read files."))
+    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    await _turns(journal, agent, 1)  # the first request has no previous: no estimate
+    built = _count_builds(monkeypatch)
+    requests = await _turns(journal, agent, 4)
+    assert len(requests) == 8
+    assert len(built) == len(requests)  # was two per request: the estimate, then the send
+    assert await verify_requests(journal, STREAM) == ()
+
+
+async def test_an_item_landing_after_the_estimate_is_in_the_request(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await journal.append(STREAM, system_prompt("You read files."))
+    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    await _turns(journal, agent, 1)
+    gate = compacting.CompactionSteps._relieve_pressure
+    landed: list[int] = []
+
+    async def another_writer_meanwhile(self: Agent, *args: Any) -> Any:
+        result = await gate(self, *args)
+        done = await journal.append(STREAM, cf.ContextAdded(role="user", content="also this"))
+        landed.append(done.first_position)
+        return result
+
+    monkeypatch.setattr(compacting.CompactionSteps, "_relieve_pressure", another_writer_meanwhile)
+    sent: list[cf.NeutralRequest] = []
+
+    def answer(request: cf.NeutralRequest) -> str:
+        sent.append(request)
+        return "ok"
+
+    agent.model = cf.FunctionModel(answer)
+    await journal.append(STREAM, cf.ContextAdded(role="user", content="one more"))
+    await agent.run_until_idle()
+    assert landed
+    offsets = [m.content.split("\n", 1)[0].split(" ")[0] for m in sent[0].messages]
+    assert f"@{landed[0]}" in offsets  # built again: the estimate did not have it
+    assert await verify_requests(journal, STREAM) == ()
