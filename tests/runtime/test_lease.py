@@ -158,14 +158,79 @@ async def test_an_expected_version_of_the_caller_still_goes_through_the_fence(
         await lease.journal.append("other", user("stale"), expected_version=0)
 
 
-async def test_a_holder_paused_past_its_expiry_renews_before_it_appends(
+async def test_a_holder_paused_past_its_expiry_renews_with_its_append(
     journal: Journal, clock: Clock
 ) -> None:
     lease = await claim_lease(journal, STREAM, holder="w1", ttl=10)
     clock.advance(11)  # nobody took over meanwhile
-    await lease.journal.append(STREAM, user("late but still the holder"))
+    done = await lease.journal.append(STREAM, user("late but still the holder"))
     [_, renewal] = [e for _, e in await events_of(journal, STREAM, StreamLeased)]
     assert renewal.token == lease.token and renewal.expires_at == clock.now + timedelta(seconds=10)
+    assert (done.first_position, done.last_position) == (2, 3)  # one append, the renewal last
+    with pytest.raises(LeaseHeldError):
+        await claim_lease(journal, STREAM, holder="w2", ttl=10)
+
+
+async def test_an_append_carries_the_renewal_once_a_sixth_of_the_ttl_has_passed(
+    journal: Journal, clock: Clock
+) -> None:
+    lease = await claim_lease(journal, STREAM, holder="w1", ttl=12)
+    clock.advance(1.9)  # not yet: less than a sixth of the ttl since the claim
+    early = await lease.journal.append(STREAM, user("early"))
+    assert early.first_position == early.last_position == 2
+    clock.advance(0.2)
+    due = await lease.journal.append(STREAM, [user("one"), user("two")])
+    assert (due.first_position, due.last_position) == (3, 5)
+    [_, renewal] = await events_of(journal, STREAM, StreamLeased)
+    assert renewal[0] == 5 and renewal[1].token == lease.token
+    assert renewal[1].expires_at == lease.expires_at == clock.now + timedelta(seconds=12)
+    keyed = await lease.journal.append(STREAM, user("keyed"), idempotency_key="k")
+    assert keyed.first_position == keyed.last_position  # a keyed batch is only its events
+    assert (await lease.journal.append(STREAM, user("keyed"), idempotency_key="k")).deduplicated
+
+
+class _Sleeps:
+    """``asyncio`` as the fence sees it, but each ``sleep`` is noted and waits for the test
+    to let it end (the test moves the clock by hand meanwhile)."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self.wake = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    async def sleep(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await self.wake.wait()
+        self.wake.clear()
+
+
+async def test_the_background_renewal_writes_nothing_after_an_append_renewed(
+    journal: Journal, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contextfold.runtime import fence
+
+    sleeps = _Sleeps()
+    monkeypatch.setattr(fence, "asyncio", sleeps)
+    lease = await claim_lease(journal, STREAM, holder="w1", ttl=9)
+    async with lease.renewing():
+        while not sleeps.asked:
+            await asyncio.sleep(0)
+        assert sleeps.asked == [3.0]  # due a third of the ttl after the claim
+        clock.advance(3.5)  # past it, but an append comes first and renews
+        await lease.journal.append(STREAM, user("busy"))
+        assert [p for p, _ in await events_of(journal, STREAM, StreamLeased)] == [1, 3]
+        sleeps.wake.set()
+        while len(sleeps.asked) < 2:
+            await asyncio.sleep(0)
+        assert sleeps.asked[1] == 3.0  # woken, it saw the renewal and waits again
+        assert [p for p, _ in await events_of(journal, STREAM, StreamLeased)] == [1, 3]
+        clock.advance(3.0)  # no append this time: the background renewal writes it
+        sleeps.wake.set()
+        while len(await events_of(journal, STREAM, StreamLeased)) < 3:
+            await asyncio.sleep(0)
+    assert [p for p, _ in await events_of(journal, STREAM, StreamLeased)] == [1, 3, 4]
 
 
 async def test_a_deleted_stream_loses_the_lease(journal: Journal) -> None:

@@ -21,6 +21,12 @@ do writes nothing, and a turn costs one append less. Until it lands the holder h
 nothing outside the journal: the runtime appends before every model request and tool
 run, and lands a pending claim itself before a compaction's summary
 (:func:`~contextfold.runtime.lease.confirm_claim`).
+
+A renewal rides along the same way: an append made once a sixth of the lease's time has
+passed since it was last written (or after it lapsed) carries the renewal at its end, so
+a holder that appends often never writes one on its own (the background renewal writes
+one only when no append came). A keyed batch names exactly its events: nothing rides
+along, and a pending claim or a lapsed lease is written before it.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ log = logging.getLogger("contextfold.runtime")
 LeaseState = Literal["held", "released", "backoff"]
 
 _FENCE_ATTEMPTS = 100  # catch-ups in a row while other writers keep appending
+_RIDE_ALONG = 5 / 6  # an append renews once less than this share of the ttl is left
+_RENEW_AT = 2 / 3  # the background renewal writes once less than this share is left
 _CATCH_UP_PAGE = 1000
 
 
@@ -178,9 +186,10 @@ class StreamLease:
         batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
         async with self._lock:
             self._check()
-            if (idempotency_key is not None) if self._pending else self._expired():
-                # A keyed batch names exactly its events, so a pending claim lands first;
-                # a holder paused past its expiry renews first (only if nobody took over).
+            if idempotency_key is not None and (self._pending or self._expired()):
+                # A keyed batch names exactly its events (nothing rides along): a pending
+                # claim lands first, and a holder paused past its expiry renews first (only
+                # if nobody took over).
                 await self._write("held", self.ttl)
             return await self._fenced(
                 batch,
@@ -247,6 +256,10 @@ class StreamLease:
     def _expired(self) -> bool:
         return self._clock() >= self._expires_at
 
+    def _left(self) -> float:
+        """Seconds until the lease lapses (negative once it has)."""
+        return (self._expires_at - self._clock()).total_seconds()
+
     def _end(self, why: str) -> None:
         self._ended = LeaseLostError(
             f"{why}: {self.holder!r} no longer holds stream {self.stream!r}; claim it again "
@@ -301,10 +314,16 @@ class StreamLease:
             # The caller read further than this instance: no takeover may hide in between.
             await self._catch_up()
         for _ in range(_FENCE_ATTEMPTS):
-            # A pending claim goes last (the batch's first position stays the caller's),
-            # unless the batch is a lease event of this claim already.
+            # A pending claim, or a renewal that is due, goes last (the batch's first
+            # position stays the caller's), unless the batch is a lease event of this claim
+            # already, or keyed (it names exactly its events).
             claim = None
-            if self._pending and not any(isinstance(e, StreamLeased) for e in batch):
+            due = self._pending or self._left() < self.ttl * _RIDE_ALONG
+            if (
+                due
+                and idempotency_key is None
+                and not any(isinstance(e, StreamLeased) for e in batch)
+            ):
                 claim = self._event("held", self.ttl, self.failures)
             events = [*batch, claim] if claim is not None else batch
             expected = self._version if expected_version is None else expected_version
@@ -323,10 +342,9 @@ class StreamLease:
                 if expected_version is not None:
                     raise  # the caller's own expectation failed: not the fence's to retry
                 continue
-            if self._pending:
-                self._pending = False
-                if claim is not None:
-                    self._expires_at = claim.expires_at
+            self._pending = False
+            if claim is not None:
+                self._expires_at = claim.expires_at
             if not result.deduplicated:
                 self._version, self._cursor = result.version, result.cursor
             return result
@@ -373,8 +391,11 @@ class StreamLease:
     async def _renew_loop(self) -> None:
         retry = min(self.ttl / 10, 1.0)
         while self._ended is None:
-            due = (self._expires_at - self._clock()).total_seconds() - self.ttl * 2 / 3
-            await asyncio.sleep(max(due, 0.0))
+            due = self._left() - self.ttl * _RENEW_AT
+            if due > 0:
+                # Woken then, it looks again: an append may have renewed the lease meanwhile.
+                await asyncio.sleep(due)
+                continue
             try:
                 await self.renew()
             except LeaseLostError:
