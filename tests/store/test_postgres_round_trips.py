@@ -157,3 +157,20 @@ def test_a_payload_of_another_shape_is_a_bare_key() -> None:
     assert parse_wake("abc x 3") == Wake("abc", None, None)
     assert parse_wake("abc 4 y") == Wake("abc", 4, None)
     assert parse_wake("abc 4 12") == Wake("abc", 4, 12)
+
+
+async def test_an_append_says_every_global_position_it_drew_and_the_event_before(
+    pg_dsn: str,
+) -> None:
+    async with open_journal(pg_dsn) as journal:
+        first = await journal.append("s", [Note(n=0), Note(n=1)])
+        assert first.previous is None  # the stream's first events
+        others = [journal.append(f"other-{n}", [Note(), Note(), Note()]) for n in range(8)]
+        results = await asyncio.gather(*others, journal.append("s", [Note(n=2), Note(n=3)]))
+        second = results[-1]
+        one = await journal.append("s", Note(n=4), expected_version=4)
+        events = (await journal.read("s")).events
+    cursors = [e.cursor for e in events]
+    assert first.cursors == tuple(cursors[:2]) and second.cursors == tuple(cursors[2:4])
+    assert second.previous == cursors[1] and one.previous == cursors[3]
+    assert one.cursors == () and one.cursor == cursors[4]

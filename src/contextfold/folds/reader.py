@@ -228,8 +228,16 @@ class FoldReader:
         return state
 
     async def read_with_cursor(
-        self, fold: FoldBase[S], namespace: str, stream: str, *, run_id: str | None = None
+        self,
+        fold: FoldBase[S],
+        namespace: str,
+        stream: str,
+        *,
+        run_id: str | None = None,
+        known_head: Any = _UNASKED,
     ) -> tuple[S, str | None]:
+        """The state and its cursor. ``known_head``: the stream's head as the caller knows
+        it without asking the store (a lease holder's own last append), taken as it is."""
         if fold not in self._checked:
             self._check_identity(fold)
             self._checked.add(fold)
@@ -240,13 +248,14 @@ class FoldReader:
         # An append folded in last: the state is current while its last event is still the
         # stream's head. Any head seen during this call will do: a state at it holds every
         # event stored before the call. With no read in flight that takes no lock to see.
-        seen: Any = _UNASKED
+        seen: Any = known_head
         flight = self._locks.get(key)
         if flight is None:
             cached = self.cache.get(key, self._clock())
             if cached is not None and cached.applied:
                 state, cursor, head = cached.state, cached.cursor, cached.head
-                seen = await self.store.head(namespace, stream)
+                if seen is _UNASKED:
+                    seen = await self.store.head(namespace, stream)
                 if seen == head:
                     return state, cursor
             flight = self._locks.get(key)
@@ -294,7 +303,14 @@ class FoldReader:
             if flight.users == 0:  # keep locks only while reads are in flight
                 del self._locks[key]
 
-    def appended(self, namespace: str, stream: str, events: Sequence[StoredEvent]) -> None:
+    def appended(
+        self,
+        namespace: str,
+        stream: str,
+        events: Sequence[StoredEvent],
+        *,
+        previous: str | None = None,
+    ) -> None:
         """Fold ``events``, which one append just stored (exactly as the store holds them),
         into the cached states of the stream that they continue.
 
@@ -303,6 +319,8 @@ class FoldReader:
         follow its head's): no other writer got in, not even a delete and recreate. Every
         other state, and one whose fold meets its own checkpoint among them or whose
         handler raises, is left as it was for its next read to catch up (and raise).
+        ``previous``, the cursor of the event the store put just before them, proves the
+        same where global positions can have gaps (another stream's appends in between).
         """
         if not events:
             return
@@ -312,7 +330,9 @@ class FoldReader:
             if entry.state is None or entry.version != first.position - 1:
                 continue
             if first.position > 1 and (
-                entry.head is None or int(entry.head) + 1 != first.global_position
+                entry.head is None
+                or (previous is None and int(entry.head) + 1 != first.global_position)
+                or (previous is not None and entry.head != previous)
             ):
                 continue
             fold: FoldBase[Any] = key[2]

@@ -90,8 +90,14 @@ WITH cur AS (
     SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s, g FROM last
     WHERE %(key)s::text IS NOT NULL
 )
-SELECT v, g FROM last
+SELECT v, g,
+       (SELECT global_position FROM cf_events WHERE {_WHERE} AND position = last.v),
+       (SELECT array_agg(global_position ORDER BY position) FROM ins)
+FROM last
 """
+# The last row: the version before, the last global position, the global position of the
+# event before the batch (NULL at version 0, or when the statement's snapshot, taken before
+# it waited for the stream's lock, does not show it) and every global position of the batch.
 # An append with an expected version and no idempotency key in one statement, one round
 # trip: the stream row is locked and bumped only at the expected version (created only when
 # 0 is expected; a row ON CONFLICT leaves as it is stays locked); no row back: it differed.

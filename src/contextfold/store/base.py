@@ -54,6 +54,11 @@ class AppendResult:
     cursor: str
     """The cursor after the last event of this append."""
     deduplicated: bool = False
+    cursors: tuple[str, ...] = ()
+    """The cursor of every event appended, oldest first, when the store says (one whose
+    appends' global positions can have gaps between them); empty when it does not."""
+    previous: str | None = None
+    """The cursor of the event just before the first one appended, when the store says."""
 
     @property
     def version(self) -> int:

@@ -264,10 +264,17 @@ class PostgresStore(Store):
         if last is None:  # the expected version differed: nothing was written
             assert expected_version is not None
             raise wrong_version(stream, expected_version, await self.version(namespace, stream))
-        version, last_global = last[0], last[1]
+        version, last_global, previous, globals_ = last
         self._wake(wake)
         self._post(wake, version + n, last_global)
-        return AppendResult(stream, version + 1, version + n, str(last_global))
+        return AppendResult(
+            stream,
+            version + 1,
+            version + n,
+            str(last_global),
+            cursors=tuple(map(str, globals_)) if n > 1 else (),
+            previous=None if previous is None else str(previous),
+        )
 
     async def read(
         self,
