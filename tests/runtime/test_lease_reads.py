@@ -158,6 +158,46 @@ async def test_a_worker_skips_a_stream_another_handed_back_idle_reading_only_its
     assert other.stats.claims == 0
 
 
+async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> None:
+    """A lease whose holder hears of every change of the stream (a worker's notifications)
+    folds on its journal with no head check after its own append, until it hears of a newer
+    change; an unwatched lease, or one that may have missed some, asks the store."""
+    from contextfold.context.projection import AgentContext
+
+    store = Recording()
+    journal = Journal(store)
+    await journal.append(STREAM, [system_prompt("You answer."), user("hi")])
+    lease = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    fenced = lease.journal
+    await fenced.fold(AgentContext, STREAM)
+    await fenced.append(STREAM, user("mine"))
+    assert lease.known_head is None  # not watched
+    store.calls.clear()
+    await fenced.fold(AgentContext, STREAM)
+    assert store.calls == [("head", STREAM)]
+    lease.watch()
+    done = await fenced.append(STREAM, user("mine too"))
+    assert lease.known_head == done.cursor
+    lease.heard(int(done.cursor))  # its own append's notification
+    store.calls.clear()
+    state = await fenced.fold(AgentContext, STREAM)
+    assert store.calls == [] and state.history[-1].content == "mine too"
+    other = await Journal(store).append(STREAM, user("another writer's"))  # its own cache
+    lease.heard(int(other.cursor))
+    assert lease.known_head is None
+    store.calls.clear()
+    state = await fenced.fold(AgentContext, STREAM)
+    assert state.history[-1].content == "another writer's"
+    assert ("read", STREAM) in store.calls
+    await fenced.append(STREAM, user("caught up"))
+    assert lease.known_head is not None  # its append came after what it heard of
+    lease.heard(None)  # a notification that did not say, or a listener lost
+    await fenced.append(STREAM, user("once more"))
+    assert lease.known_head is None  # for the rest of this claim
+    await lease.release()
+    assert lease.known_head is None
+
+
 def _echo() -> Callable[[Journal, str], Agent]:
     model = FunctionModel(lambda request: "ok")
     return lambda journal, stream: Agent(journal, stream, model)

@@ -27,6 +27,13 @@ passed since it was last written (or after it lapsed) carries the renewal at its
 a holder that appends often never writes one on its own (the background renewal writes
 one only when no append came). A keyed batch names exactly its events: nothing rides
 along, and a pending claim or a lapsed lease is written before it.
+
+A watched lease (:meth:`StreamLease.watch`: its holder hears of every change of the stream,
+as a worker does through PostgreSQL notifications) knows the stream's head after its own
+append until it hears of a newer one, so the folds of :attr:`StreamLease.journal` take it
+without asking the store. That is safe because every decision a fold informs lands
+through the fence: a change not yet heard of fails the next append's expected version,
+which reads it first; heard of, the next fold reads it.
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -48,12 +56,16 @@ from ..errors import (
     WrongExpectedVersionError,
 )
 from ..events import Event, RawEvent, StoredEvent
+from ..folds.fold import FoldBase
 from ..journal import Journal
 from ..journal.encode import Clock
-from ..store.base import AppendResult
+from ..store.base import AppendResult, parse_cursor
+from ..telemetry import record_fold_read
 from .scheduling import AGENT
 
 __all__ = ["FencedJournal", "LeaseState", "StreamLease", "StreamLeased", "decode_lease"]
+
+S = TypeVar("S")
 
 log = logging.getLogger("contextfold.runtime")
 
@@ -132,6 +144,9 @@ class StreamLease:
         self._ended: LeaseLostError | None = None
         self._lost = False
         self._others = 0
+        self._own = False  # the cursor is this instance's last append's: the head then
+        self._watched = False
+        self._heard = 0  # the newest head of the stream heard of (-1: some went unheard)
         self.journal: Journal = FencedJournal(self, journal)
 
     @property
@@ -142,6 +157,27 @@ class StreamLease:
     def version(self) -> int:
         """The stream's version as far as this instance has seen it."""
         return self._version
+
+    def watch(self) -> None:
+        """Say that every change of the stream from now on is reported to :meth:`heard`
+        (by a listener that started before any append of this claim)."""
+        self._watched = True
+
+    def heard(self, head: int | None) -> None:
+        """A change of the stream was heard of: its head (a global position) after it, or
+        None when the notification did not say or some may have gone unheard (a listener
+        lost); then no head is known without asking for the rest of this claim."""
+        self._heard = -1 if head is None or self._heard < 0 else max(self._heard, head)
+
+    @property
+    def known_head(self) -> str | None:
+        """The stream's head as this instance knows it without asking: its own last append,
+        while the lease is watched and active and no newer change was heard of; else None."""
+        cursor = self._cursor
+        if not (self._own and self._watched and self._ended is None) or cursor is None:
+            return None
+        heard = self._heard
+        return cursor if 0 <= heard <= (parse_cursor(cursor) or 0) else None
 
     @property
     def cursor(self) -> str | None:
@@ -347,6 +383,7 @@ class StreamLease:
                 self._expires_at = claim.expires_at
             if not result.deduplicated:
                 self._version, self._cursor = result.version, result.cursor
+            self._own = not result.deduplicated
             return result
         raise ConflictError(
             f"stream {self.stream!r}: {_FENCE_ATTEMPTS} appends in a row lost a race with "
@@ -356,6 +393,7 @@ class StreamLease:
     async def _catch_up(self) -> None:
         """Read what other writers appended after this instance's version: raise
         LeaseLostError when a lease event not of this landed claim is among it."""
+        self._own = False
         while True:
             page = await self._base.read(self.stream, after=self._cursor, limit=_CATCH_UP_PAGE)
             if page.reset:
@@ -420,6 +458,17 @@ class FencedJournal(Journal):
             _shared=journal._shared,
         )
         self.lease = lease
+
+    async def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
+        head = self.lease.known_head if stream == self.lease.stream else None
+        if head is None:
+            return await super().fold(fold, stream, run_id=run_id)
+        started = time.perf_counter()  # the lease appended: stream and store are fine
+        state, _ = await self.folds.read_with_cursor(
+            fold, self.namespace, stream, run_id=run_id, known_head=head
+        )
+        record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
+        return state
 
     async def append(
         self,

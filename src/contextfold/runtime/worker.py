@@ -183,6 +183,7 @@ class Worker:
         self._dirty: set[str] = set()  # changed while running: looked at again after
         self._settled: dict[str, _Mark] = {}  # where a stream was left with nothing to do
         self._heard: dict[str, _Mark] = {}  # the newest change heard of, not yet looked at
+        self._leases: dict[str, StreamLease] = {}  # of the runs going on
         self._versions: dict[str, int] = {}
         self._blocked: dict[str, datetime] = {}  # looked at again at that time
         self._recheck: dict[str, float] = {}  # blocked streams that changed: when to look
@@ -385,6 +386,8 @@ class Worker:
                         self._notified(notify.payload)
                 finally:
                     self._listening = False
+                    for lease in self._leases.values():
+                        lease.heard(None)  # what lands meanwhile goes unheard
                     await conn.close()
             except (psycopg.Error, OSError) as exc:
                 log.warning("worker %s: not listening (%s); polling meanwhile", self.holder, exc)
@@ -399,6 +402,9 @@ class Worker:
         key = wake.key
         stream = self._keys.get(key)
         if stream is not None:
+            lease = self._leases.get(stream)
+            if lease is not None:
+                lease.heard(wake.head)
             self._changed(stream, None if wake.version is None else _Mark(wake.version, wake.head))
         elif key not in self._foreign and key not in self._unknown:
             self._unknown.add(key)  # a new stream, or another namespace's: the scan tells
@@ -471,6 +477,10 @@ class Worker:
 
     async def _run_leased(self, stream: str, lease: StreamLease | None, failures: int) -> None:
         journal = lease.journal if lease is not None else self.journal
+        if lease is not None:
+            self._leases[stream] = lease
+            if self._listening:
+                lease.watch()  # its folds take its own appends' heads for the stream's
         try:
             async with lease.renewing() if lease is not None else contextlib.nullcontext():
                 agent = await self._agent(journal, stream)
@@ -493,6 +503,7 @@ class Worker:
                 await _finish(_quietly(lease.release()))
             raise
         finally:
+            self._leases.pop(stream, None)
             if lease is not None and not lease.pending:
                 self._count(claims=1)
         self._failures.pop(stream, None)
