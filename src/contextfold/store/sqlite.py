@@ -74,6 +74,19 @@ _COLUMNS = (
     " idempotency_key, channels"
 )
 _CHANNEL_SEP = "\x1f"
+_SEEN = (
+    "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
+    " WHERE namespace = ? AND stream = ? AND key = ?"
+)
+_VERSION = "SELECT version FROM cf_streams WHERE namespace = ? AND stream = ?"
+_BUMP = (
+    "INSERT INTO cf_streams (namespace, stream, version) VALUES (?, ?, ?)"
+    " ON CONFLICT (namespace, stream) DO UPDATE SET version = excluded.version"
+)
+_INSERT = (
+    "INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time, run_id,"
+    " actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 class SQLiteStore(Store):
@@ -127,50 +140,39 @@ class SQLiteStore(Store):
         def work(conn: sqlite3.Connection) -> AppendResult:
             # Inside the write transaction of SQLiteThread.write, which commits it.
             if idempotency_key is not None:
-                row = conn.execute(
-                    "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
-                    " WHERE namespace = ? AND stream = ? AND key = ?",
-                    (namespace, stream, idempotency_key),
-                ).fetchone()
+                row = conn.execute(_SEEN, (namespace, stream, idempotency_key)).fetchone()
                 if row is not None:
                     if row[0] != digest:
                         raise idempotency_conflict(stream, idempotency_key)
                     return AppendResult(stream, row[1], row[2], str(row[3]), deduplicated=True)
-            row = conn.execute(
-                "SELECT version FROM cf_streams WHERE namespace = ? AND stream = ?",
-                (namespace, stream),
-            ).fetchone()
+            row = conn.execute(_VERSION, (namespace, stream)).fetchone()
             version = row[0] if row else 0
             if expected_version is not None and expected_version != version:
                 raise wrong_version(stream, expected_version, version)
-            conn.executemany(
-                "INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time,"
-                " run_id, actor, idempotency_key, channels)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        namespace,
-                        stream,
-                        version + i,
-                        e.type,
-                        e.data,
-                        e.meta.event_id,
-                        e.meta.time,
-                        e.meta.run_id,
-                        e.meta.actor,
-                        e.meta.idempotency_key,
-                        _CHANNEL_SEP.join(e.meta.channels),
-                    )
-                    for i, e in enumerate(events, start=1)
-                ],
-            )
-            last_global = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-            last = version + len(events)
-            conn.execute(
-                "INSERT INTO cf_streams (namespace, stream, version) VALUES (?, ?, ?)"
-                " ON CONFLICT (namespace, stream) DO UPDATE SET version = excluded.version",
-                (namespace, stream, last),
-            )
+            rows = [
+                (
+                    namespace,
+                    stream,
+                    version + i,
+                    e.type,
+                    e.data,
+                    e.meta.event_id,
+                    e.meta.time,
+                    e.meta.run_id,
+                    e.meta.actor,
+                    e.meta.idempotency_key,
+                    _CHANNEL_SEP.join(e.meta.channels),
+                )
+                for i, e in enumerate(events, start=1)
+            ]
+            if len(rows) == 1:
+                # One row: its rowid comes with the insert, not from a last_insert_rowid().
+                last_global = conn.execute(_INSERT, rows[0]).lastrowid
+            else:
+                conn.executemany(_INSERT, rows)
+                last_global = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+            last = version + len(rows)
+            conn.execute(_BUMP, (namespace, stream, last))
             if idempotency_key is not None:
                 conn.execute(
                     "INSERT INTO cf_idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
