@@ -7,8 +7,9 @@ transaction open, and its sqlite3 errors enter the error tree here, in one place
 
 The connection keeps the files it opened even when their path is moved, deleted or
 replaced; what it wrote then would be lost for whoever opens the path next. Connecting
-notes which files (the database, its ``-wal`` and ``-shm``) the path names, and
-:meth:`SQLiteThread.check_files` refuses a write once the path names others. The WAL is
+notes which files (the database, its ``-wal`` and ``-shm``) the path names
+(``_sqlite_files``), and :meth:`SQLiteThread.check_files` refuses a write once the path
+names others. The WAL is
 then checkpointed into the database file the connection holds and emptied: a renamed
 file keeps all that was acknowledged without its WAL, and the WAL left under the old
 name cannot be replayed into a file put in its place (SQLite itself skips the
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -43,13 +43,13 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigurationError, StoreError, StoreFileMovedError, StoreUnavailableError
+from ._sqlite_files import OpenedFiles
 
 __all__ = ["SQLiteThread"]
 
 T = TypeVar("T")
 
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-_COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between checkpoints on the worker
 _AUTOCHECKPOINT = 1000  # SQLite's default, in pages, for the worker's jobs
 # An inline read gets this many calls of the progress handler, every _READ_STEPS VM steps:
@@ -106,7 +106,7 @@ class SQLiteThread:
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
         self._closed = False
-        self._files: tuple[tuple[str, tuple[int, int]], ...] = ()
+        self._files = OpenedFiles()
         # Held by whoever uses the connection: the worker for each job, or a write run on
         # the caller's thread (which never waits for it).
         self._busy = threading.Lock()
@@ -298,12 +298,13 @@ class SQLiteThread:
         """On the worker, beside the connection (which goes on meanwhile, on the caller's
         thread too): copy the WAL into the database file through a connection of its own to
         the files the connection holds. Best effort: the next one tries again."""
-        if self._conn is None or self._read_only or not self._files or self._moved():
+        files = self._files.files
+        if self._conn is None or self._read_only or not files or self._files.moved():
             return  # a moved file is settled through the connection that holds it
         try:
             if self._checkpointer is None:
                 # mode=rw: never creates a file, should the path name none after the check.
-                uri = Path(self._files[0][0]).as_uri() + "?mode=rw"
+                uri = Path(files[0][0]).as_uri() + "?mode=rw"
                 self._checkpointer = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         except sqlite3.Error:
@@ -340,7 +341,7 @@ class SQLiteThread:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.executescript(self._schema)
-            self._files = self._identify()
+            self._files = OpenedFiles.identify(self.path)
             _rest(conn)
         except BaseException as exc:
             conn.close()
@@ -375,7 +376,7 @@ class SQLiteThread:
                     f"{self.path} is not {self._what} (it has no {self._required_table} "
                     f"table): check the path"
                 )
-            self._files = self._identify()
+            self._files = OpenedFiles.identify(self.path)
             _rest(conn)
         except BaseException as exc:
             conn.close()
@@ -389,8 +390,9 @@ class SQLiteThread:
         """Raise StoreFileMovedError when the path no longer names the files the connection
         opened (moved, deleted or replaced, the ``-wal`` and ``-shm`` too). Call it on the
         worker inside a write transaction, just before COMMIT: the transaction then rolls
-        back and nothing is acknowledged. One ``stat`` per file."""
-        moved = self._moved()
+        back and nothing is acknowledged. One ``stat`` per file, or of their directory
+        alone while it is unchanged (see :class:`OpenedFiles`)."""
+        moved = self._files.moved()
         if moved is not None:
             raise StoreFileMovedError(
                 f"{self._what} file {self.path} was moved or deleted while open ({moved}); "
@@ -398,33 +400,6 @@ class SQLiteThread:
                 "the file that moved)",
                 path=self.path,
             )
-
-    def _moved(self) -> str | None:
-        """What the path names now in place of an opened file, or None when nothing moved."""
-        for name, opened in self._files:
-            try:
-                info = os.stat(name)
-            except OSError:
-                return f"{name} is gone"
-            if (info.st_dev, info.st_ino) != opened:
-                return f"{name} is another file"
-        return None
-
-    def _identify(self) -> tuple[tuple[str, tuple[int, int]], ...]:
-        # Stat'ed just after connecting: a replace racing the connect itself goes unseen.
-        if self.path in ("", ":memory:"):
-            return ()
-        # Absolute, as SQLite resolved it when opening: a later chdir moves no file.
-        path = os.path.abspath(self.path)
-        info = os.stat(path)
-        found = [(path, (info.st_dev, info.st_ino))]
-        for name in (path + suffix for suffix in _COMPANIONS):
-            try:
-                info = os.stat(name)
-            except FileNotFoundError:
-                continue  # not in WAL mode (WAL refused by the filesystem): nothing to watch
-            found.append((name, (info.st_dev, info.st_ino)))
-        return tuple(found)
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(
@@ -441,7 +416,7 @@ class SQLiteThread:
             self._checkpointer.close()
             self._checkpointer = None
         if self._conn is not None:
-            if self._moved() is not None:
+            if self._files.moved() is not None:
                 _settle(self._conn)
             self._conn.close()
             self._conn = None
