@@ -73,3 +73,19 @@ async def test_a_known_head_is_taken_as_it_is_and_another_one_reads() -> None:
     store.clear()
     state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_head=newer)
     assert state == ("a@1", "b@2", "c@3") and list(store.methods) == ["read"]
+
+
+async def test_a_known_head_at_a_read_states_last_event_needs_no_read() -> None:
+    store = RecordingStore(MemoryStore())
+    journal = cf.Journal(store)
+    await cf.Journal(store.inner).append("s", [Said(text="a"), Said(text="b")])
+    assert await journal.fold(SAID, "s") == ("a@1", "b@2")  # read, not folded in
+    head = await journal.head("s")
+    store.clear()
+    state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_head=head)
+    assert state == ("a@1", "b@2") and not store.calls
+    await cf.Journal(store.inner).append("s", Said(text="c"))
+    newer = await journal.head("s")
+    store.clear()
+    state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_head=newer)
+    assert state == ("a@1", "b@2", "c@3") and list(store.methods) == ["read"]

@@ -196,6 +196,16 @@ async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> N
     assert lease.known_head is None  # for the rest of this claim
     await lease.release()
     assert lease.known_head is None
+    # Watched from its claim with the head a notification named: known before any append.
+    head = await journal.head(STREAM)
+    again = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    again.watch(head)
+    assert again.known_head == head
+    store.calls.clear()
+    await again.journal.fold(AgentContext, STREAM)  # read at that head already
+    assert store.calls == []
+    again.heard(int(head or 0) + 1)
+    assert again.known_head is None
 
 
 def _echo() -> Callable[[Journal, str], Agent]:

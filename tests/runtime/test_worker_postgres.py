@@ -134,3 +134,47 @@ async def test_a_turn_reads_no_version_and_its_own_notifications_read_nothing(
         mine = [(name, types) for name, stream, types in calls if stream == "chat/a"]
         assert ("version", ()) not in mine
         assert mine.count(("latest", (StreamLeased.event_type,))) == 1
+
+
+def _record_calls(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every store call of these methods, as (method, stream), in order."""
+    calls: list[tuple[str, str]] = []
+    for name in ("version", "latest", "head", "read", "append"):
+
+        def recording(method: Any, name: str = name) -> Any:
+            async def call(namespace: str, stream: str, *args: Any, **kwargs: Any) -> Any:
+                calls.append((name, stream))
+                return await method(namespace, stream, *args, **kwargs)
+
+            return call
+
+        monkeypatch.setattr(store, name, recording(getattr(store, name)))
+    return calls
+
+
+async def test_a_turn_woken_by_a_notification_reads_each_fold_once(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A notification names the stream's head: a worker's look at the stream and its
+    agent's first step take it for the head, so each fold reads what came (the trigger)
+    once, with no head check, and a fold already at it reads nothing."""
+    async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as observer:
+        worker = Worker(journal, _echo(), **NEVER_POLLS)
+        async with running(worker):
+
+            async def listening() -> bool:
+                return worker.listening
+
+            await eventually(listening, what="the worker listens")
+            await new_agent_stream(observer, "chat/a")
+            await eventually(lambda: answered(observer, "chat/a"), what="the first turn")
+            await new_agent_stream(observer, "chat/marker")  # chat/a's notifications heard
+            await eventually(lambda: answered(observer, "chat/marker"), what="the marker")
+            calls = _record_calls(journal.store, monkeypatch)
+            await observer.append("chat/a", user("again"))
+            await eventually(lambda: answered(observer, "chat/a"), what="the second turn")
+        mine = [name for name, stream in calls if stream == "chat/a"]
+        looked = mine[: mine.index("append")]
+        # The lease, then the scheduler (the worker's look) and the context (the agent's
+        # first step) each read the trigger; the scheduler read again: nothing.
+        assert looked == ["latest", "read", "read"], looked

@@ -237,7 +237,8 @@ class FoldReader:
         known_head: Any = _UNASKED,
     ) -> tuple[S, str | None]:
         """The state and its cursor. ``known_head``: the stream's head as the caller knows
-        it without asking the store (a lease holder's own last append), taken as it is."""
+        it without asking the store (a lease holder's own last append, a notification),
+        taken as it is: a state whose last event is at it is returned without a read."""
         if fold not in self._checked:
             self._check_identity(fold)
             self._checked.add(fold)
@@ -252,7 +253,8 @@ class FoldReader:
         flight = self._locks.get(key)
         if flight is None:
             cached = self.cache.get(key, self._clock())
-            if cached is not None and cached.applied:
+            # A known head also tells a read's state current: at it, nothing follows its last.
+            if cached is not None and (cached.applied or seen is not _UNASKED):
                 state, cursor, head = cached.state, cached.cursor, cached.head
                 if seen is _UNASKED:
                     seen = await self.store.head(namespace, stream)
@@ -265,7 +267,7 @@ class FoldReader:
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
-                if cached is not None and cached.applied:
+                if cached is not None and (cached.applied or seen is not _UNASKED):
                     state, cursor, head = cached.state, cached.cursor, cached.head
                     if seen is _UNASKED:
                         seen = await self.store.head(namespace, stream)

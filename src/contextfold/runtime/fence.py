@@ -144,7 +144,7 @@ class StreamLease:
         self._ended: LeaseLostError | None = None
         self._lost = False
         self._others = 0
-        self._own = False  # the cursor is this instance's last append's: the head then
+        self._head: str | None = None  # the stream's head as known (its own last append)
         self._watched = False
         self._heard = 0  # the newest head of the stream heard of (-1: some went unheard)
         self.journal: Journal = FencedJournal(self, journal)
@@ -158,10 +158,13 @@ class StreamLease:
         """The stream's version as far as this instance has seen it."""
         return self._version
 
-    def watch(self) -> None:
+    def watch(self, head: str | None = None) -> None:
         """Say that every change of the stream from now on is reported to :meth:`heard`
-        (by a listener that started before any append of this claim)."""
+        (by a listener that started before any append of this claim); ``head``: the
+        stream's head as of the newest change heard of before (at the claim's version)."""
         self._watched = True
+        if head is not None and self._head is None and self._pending:
+            self._head = head
 
     def heard(self, head: int | None) -> None:
         """A change of the stream was heard of: its head (a global position) after it, or
@@ -171,13 +174,14 @@ class StreamLease:
 
     @property
     def known_head(self) -> str | None:
-        """The stream's head as this instance knows it without asking: its own last append,
-        while the lease is watched and active and no newer change was heard of; else None."""
-        cursor = self._cursor
-        if not (self._own and self._watched and self._ended is None) or cursor is None:
+        """The stream's head as this instance knows it without asking: its own last append
+        (or the head :meth:`watch` was given), while the lease is watched and active and
+        no newer change was heard of; else None."""
+        head = self._head
+        if head is None or not self._watched or self._ended is not None:
             return None
         heard = self._heard
-        return cursor if 0 <= heard <= (parse_cursor(cursor) or 0) else None
+        return head if 0 <= heard <= (parse_cursor(head) or 0) else None
 
     @property
     def cursor(self) -> str | None:
@@ -383,7 +387,7 @@ class StreamLease:
                 self._expires_at = claim.expires_at
             if not result.deduplicated:
                 self._version, self._cursor = result.version, result.cursor
-            self._own = not result.deduplicated
+            self._head = None if result.deduplicated else result.cursor
             return result
         raise ConflictError(
             f"stream {self.stream!r}: {_FENCE_ATTEMPTS} appends in a row lost a race with "
@@ -393,7 +397,7 @@ class StreamLease:
     async def _catch_up(self) -> None:
         """Read what other writers appended after this instance's version: raise
         LeaseLostError when a lease event not of this landed claim is among it."""
-        self._own = False
+        self._head = None
         while True:
             page = await self._base.read(self.stream, after=self._cursor, limit=_CATCH_UP_PAGE)
             if page.reset:

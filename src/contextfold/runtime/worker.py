@@ -461,7 +461,12 @@ class Worker:
             assert view.lease is not None
             self._settled[stream] = _Mark(view.version, parse_cursor(view.lease.cursor))
             return
-        if not await self._may_have_work(stream):
+        # The head a notification named, while no lease event came after it: the folds take
+        # it for the stream's (a change after it is heard of, or fails the fence).
+        head = None
+        if heard is not None and heard.head is not None and heard.version == view.version:
+            head = str(heard.head)
+        if not await self._may_have_work(stream, head):
             return
         try:
             lease = await claim_lease(
@@ -473,14 +478,19 @@ class Worker:
         except ConflictError:
             self._dirty.add(stream)  # other writers won every race: look again
             return
-        await self._run_leased(stream, lease, lease.failures)
+        await self._run_leased(stream, lease, lease.failures, head)
 
-    async def _run_leased(self, stream: str, lease: StreamLease | None, failures: int) -> None:
+    async def _run_leased(
+        self, stream: str, lease: StreamLease | None, failures: int, head: str | None = None
+    ) -> None:
         journal = lease.journal if lease is not None else self.journal
         if lease is not None:
             self._leases[stream] = lease
             if self._listening:
-                lease.watch()  # its folds take its own appends' heads for the stream's
+                lease.watch(head)  # its folds take its own appends' heads for the stream's
+                newer = self._heard.get(stream)  # heard of since the look
+                if newer is not None and newer.head is not None:
+                    lease.heard(newer.head)
         try:
             async with lease.renewing() if lease is not None else contextlib.nullcontext():
                 agent = await self._agent(journal, stream)
@@ -535,10 +545,16 @@ class Worker:
         self._count(runs=1)
         return idle
 
-    async def _may_have_work(self, stream: str) -> bool:
-        """Whether the stream's scheduler has something to do. Budgets only tell a request
-        from a halt (both are work); the context only tells a request from a pending birth,
-        and the agent reads it itself (a birth still pending leaves its claim unused)."""
+    async def _may_have_work(self, stream: str, head: str | None = None) -> bool:
+        """Whether the stream's scheduler has something to do (``head``: the stream's head
+        as a notification named it). Budgets only tell a request from a halt (both are
+        work); the context only tells a request from a pending birth, and the agent reads
+        it itself (a birth still pending leaves its claim unused)."""
+        if head is not None:
+            sched, _ = await self.journal.folds.read_with_cursor(
+                Scheduler, self.journal.namespace, stream, known_head=head
+            )
+            return decide(sched, _UNBORN, _BUDGETS).action != "idle"
         sched = await self.journal.fold(Scheduler, stream)
         return decide(sched, _UNBORN, _BUDGETS).action != "idle"
 
