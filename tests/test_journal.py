@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.errors import (
@@ -24,7 +26,7 @@ from contextfold.errors import (
     StoreUnavailableError,
 )
 from contextfold.journal import Journal, SyncJournal
-from contextfold.journal.encode import MAX_BATCH
+from contextfold.journal.encode import MAX_BATCH, MAX_NAME_LENGTH, check_stream
 from contextfold.store.base import MAX_LIMIT, ReadResult, TailReset
 from contextfold.store.contract import ABSURD_CURSORS
 from contextfold.store.memory import MemoryStore
@@ -335,6 +337,50 @@ async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
         with pytest.raises(InvalidInputError, match=r"^namespace .*surrogate"):
             j.with_namespace("ns" + bad)
     assert [ev.payload for ev in (await j.read("s")).events] == [{"keep": True}]
+    await j.close()
+
+
+def _stream_name_rule(name: str) -> bool:
+    """The documented rule for stream names, written out plainly."""
+    return (
+        bool(name)
+        and name.strip() == name
+        and len(name) <= MAX_NAME_LENGTH
+        and not any(ord(ch) < 32 or ord(ch) == 127 or 0xD800 <= ord(ch) <= 0xDFFF for ch in name)
+    )
+
+
+@settings(max_examples=300)
+@given(st.text(alphabet=st.characters(exclude_categories=()), max_size=8) | st.text(max_size=600))
+def test_a_stream_name_passes_exactly_when_the_rule_allows_it(name: str) -> None:
+    try:
+        assert check_stream(name) == name
+    except InvalidStreamNameError:
+        assert not _stream_name_rule(name)
+    else:
+        assert _stream_name_rule(name)
+
+
+class _PosingChannel:
+    """Not a str, yet equal to "main" and hashed like it."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "main"
+
+    def __hash__(self) -> int:
+        return hash("main")
+
+
+async def test_a_channel_that_only_poses_as_a_checked_one_is_refused() -> None:
+    store = RecordingStore()
+    j = Journal(store)
+    await j.append("s", cf.RawEvent("e", {"keep": True}), channels=("main",))
+    posing = (_PosingChannel(),)
+    await _refused(
+        store,
+        [("channel", j.append("s", cf.RawEvent("e", {}), channels=posing), InvalidInputError)],  # type: ignore[arg-type]
+    )
+    assert len((await j.read("s")).events) == 1
     await j.close()
 
 

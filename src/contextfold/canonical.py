@@ -15,7 +15,15 @@ import orjson
 
 from .errors import PayloadError
 
-__all__ = ["canonical_json", "check_json_value", "dumps", "encode_checked", "loads", "sha256_hex"]
+__all__ = [
+    "canonical_json",
+    "check_json_value",
+    "dumps",
+    "encode_checked",
+    "is_plain_json",
+    "loads",
+    "sha256_hex",
+]
 
 _CANONICAL = orjson.OPT_SORT_KEYS
 _MAX_DEPTH = 250  # orjson's own nesting limit is 255; fail with our message first
@@ -53,6 +61,65 @@ def check_json_value(value: Any, *, where: str = "payload") -> None:
         raise PayloadError(f"{path}: {type(item).__name__} is not JSON-serializable")
 
 
+_INT_LOW, _INT_HIGH = -(2**63), 2**64
+_SCALARS = (str, bool, type(None))
+
+
+def is_plain_json(value: Any) -> bool:
+    """Whether :func:`check_json_value` passes ``value``, in one pass without building the
+    paths it names: False also for some values it passes (subclasses of str, int, dict, …;
+    nesting close to its depth limit), so False means "ask it", never "refused"."""
+    stack: list[tuple[Any, int]] = []
+    item, depth = value, 0
+    while True:
+        kind = type(item)
+        if kind is dict:
+            if depth >= _MAX_DEPTH:
+                return False
+            for key, child in item.items():
+                if type(key) is not str:
+                    return False
+                child_kind = type(child)
+                if child_kind in _SCALARS:
+                    continue
+                if child_kind is int:
+                    if not _INT_LOW <= child < _INT_HIGH:
+                        return False
+                elif child_kind is float:
+                    if not math.isfinite(child):
+                        return False
+                else:
+                    stack.append((child, depth + 1))
+        elif kind is list or kind is tuple:
+            if depth >= _MAX_DEPTH:
+                return False
+            for child in item:
+                child_kind = type(child)
+                if child_kind in _SCALARS:
+                    continue
+                if child_kind is int:
+                    if not _INT_LOW <= child < _INT_HIGH:
+                        return False
+                elif child_kind is float:
+                    if not math.isfinite(child):
+                        return False
+                else:
+                    stack.append((child, depth + 1))
+        elif kind in _SCALARS:
+            pass
+        elif kind is int:
+            if not _INT_LOW <= item < _INT_HIGH:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        else:
+            return False
+        if not stack:
+            return True
+        item, depth = stack.pop()
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON bytes (keys in insertion order). Raises PayloadError for non-JSON."""
     try:
@@ -65,15 +132,16 @@ def encode_checked(value: Any, *, where: str = "payload") -> bytes:
     """Compact JSON of ``value``, refusing what JSON cannot carry faithfully.
 
     orjson already refuses non-string keys, integers over 64 bits and unknown types, but
-    writes NaN and infinity as ``null``: only output holding a ``null`` is walked for them,
-    so the common case costs one encode. Raises PayloadError naming the path at fault.
+    writes NaN and infinity as ``null``: only output holding a ``null`` is walked for them
+    (once, without paths, unless the walk finds something), so the common case costs one
+    encode. Raises PayloadError naming the path at fault.
     """
     try:
         data = orjson.dumps(value)
     except TypeError:
         check_json_value(value, where=where)  # names the field at fault
         raise PayloadError(f"{where}: not JSON-serializable") from None
-    if b"null" in data:
+    if b"null" in data and not is_plain_json(value):
         check_json_value(value, where=where)
     return data
 
