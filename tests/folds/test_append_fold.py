@@ -308,3 +308,35 @@ async def run_interleaving(path: str, ops: list[tuple[Any, ...]]) -> None:
 def test_appends_folded_in_equal_cold_reads_with_a_second_writer(ops: list[Any]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run_interleaving(str(Path(tmp) / "journal.db"), ops))
+
+
+# -- property: reads racing the journal's own appends ------------------------------------------
+
+
+async def race(path: str, batches: list[list[str]]) -> None:
+    store = SQLiteStore(path)  # its calls run on a thread: the reads and appends interleave
+    journal = cf.Journal(store)
+    try:
+        await journal.fold(SAID, "s")
+        for number, kinds in enumerate(batches):
+            before = len(await cold(store, SAID))
+            batch = [Said(text=f"{number}") if k == "said" else Other(n=number) for k in kinds]
+            first, _, second = await asyncio.gather(
+                journal.fold(SAID, "s"), journal.append("s", batch), journal.fold(SAID, "s")
+            )
+            history = await cold(store, SAID)
+            for state in (first, second):
+                # A state of this history, holding at least what was stored before the call.
+                assert len(state) >= before and state == history[: len(state)]
+        assert await journal.fold(SAID, "s") == await cold(store, SAID)
+    finally:
+        await journal.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(["said", "other"]), min_size=1, max_size=3), max_size=8))
+def test_reads_racing_appends_return_a_state_at_least_as_new_as_their_call(
+    batches: list[list[str]],
+) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(race(str(Path(tmp) / "journal.db"), batches))

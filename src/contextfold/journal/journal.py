@@ -72,6 +72,7 @@ class _Shared:
 
     folds: FoldReader
     opened: asyncio.Future[None] | None = None
+    ready: bool = False  # the open succeeded: calls skip awaiting it
 
 
 class Journal:
@@ -123,16 +124,18 @@ class Journal:
         opened = self._shared.opened
         if opened is None:
             opened = self._shared.opened = asyncio.ensure_future(self.store.open())
-            opened.add_done_callback(self._forget_failed_open)
+            opened.add_done_callback(self._opened)
         await asyncio.shield(opened)
         return self.store
 
-    def _forget_failed_open(self, opened: asyncio.Future[None]) -> None:
+    def _opened(self, opened: asyncio.Future[None]) -> None:
+        if self._shared.opened is not opened:
+            return
         # A failed open is not cached: the next call tries again (the server may be back).
-        if (opened.cancelled() or opened.exception() is not None) and (
-            self._shared.opened is opened
-        ):
+        if opened.cancelled() or opened.exception() is not None:
             self._shared.opened = None
+        else:
+            self._shared.ready = True
 
     async def __aenter__(self) -> Journal:
         await self._ready()
@@ -175,7 +178,7 @@ class Journal:
             channels=channels,
             idempotency_key=idempotency_key,
         )
-        store = await self._ready()
+        store = self.store if self._shared.ready else await self._ready()
         started = time.perf_counter()
         result = await store.append(
             self.namespace,
@@ -345,9 +348,10 @@ class Journal:
         Run-scoped folds need ``run_id`` and fold only that run's events.
         """
         check_stream(stream)
-        await self._ready()
+        if not self._shared.ready:
+            await self._ready()
         started = time.perf_counter()
-        state = await self.folds.read(fold, self.namespace, stream, run_id=run_id)
+        state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, run_id=run_id)
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 
