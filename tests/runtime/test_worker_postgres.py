@@ -178,3 +178,32 @@ async def test_a_turn_woken_by_a_notification_reads_each_fold_once(
         # The lease, then the scheduler (the worker's look) and the context (the agent's
         # first step) each read the trigger; the scheduler read again: nothing.
         assert looked == ["latest", "read", "read"], looked
+
+
+async def test_a_leased_turns_folds_read_nothing_after_its_own_first_append(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its appends fold into the cached states (PostgreSQL says which event each batch
+    follows and where its events landed, whatever other streams drew in between) and its
+    lease knows the head they left: its folds after them read nothing, and check no head."""
+    streams = [f"chat/{n}" for n in range(4)]  # served at once: their appends interleave
+    async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as observer:
+        worker = Worker(journal, _echo(), concurrency=4, **NEVER_POLLS)
+        calls = _record_calls(journal.store, monkeypatch)
+        async with running(worker):
+
+            async def listening() -> bool:
+                return worker.listening
+
+            await eventually(listening, what="the worker listens")
+            for stream in streams:
+                await new_agent_stream(observer, stream)
+
+            async def all_answered() -> bool:
+                return all([await answered(observer, s) for s in streams])
+
+            await eventually(all_answered, what="every stream answered")
+    for stream in streams:
+        mine = [name for name, s in calls if s == stream]
+        after = mine[mine.index("append") :]
+        assert "read" not in after and "head" not in after, (stream, after)

@@ -174,3 +174,35 @@ async def test_an_append_says_every_global_position_it_drew_and_the_event_before
     assert first.cursors == tuple(cursors[:2]) and second.cursors == tuple(cursors[2:4])
     assert second.previous == cursors[1] and one.previous == cursors[3]
     assert one.cursors == () and one.cursor == cursors[4]
+
+
+async def test_a_read_after_the_journals_own_append_checks_only_the_head(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other streams' appends draw global positions in between (so they are not
+    consecutive), yet the store says where a batch landed and which event it follows: the
+    journal folds its own append into the cached state, and the next read asks only for the
+    head."""
+    from contextfold.folds.fold import Fold
+
+    notes: Fold[tuple[int, ...]] = Fold("round_trips_notes", state=tuple[int, ...], initial=tuple)
+    notes.on(Note)(lambda state, ev: (*state, ev.payload.n))
+    async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as other:
+        await journal.append("s", Note(n=0))
+        assert await journal.fold(notes, "s") == (0,)
+        for n in range(1, 4):
+            await other.append("elsewhere", Note())  # a gap in the global positions
+            await journal.append("s", [Note(n=n), Note(n=n)])
+        asked: list[str] = []
+        for name in ("read", "head"):
+
+            def spy(method: Any, name: str = name) -> Any:
+                async def call(*args: Any, **kwargs: Any) -> Any:
+                    asked.append(name)
+                    return await method(*args, **kwargs)
+
+                return call
+
+            monkeypatch.setattr(journal.store, name, spy(getattr(journal.store, name)))
+        assert await journal.fold(notes, "s") == (0, 1, 1, 2, 2, 3, 3)
+        assert asked == ["head"]

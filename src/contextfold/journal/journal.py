@@ -200,21 +200,22 @@ class Journal:
         them asks the store only for its head, not for these events again."""
         count = len(prepared)
         last = parse_cursor(result.cursor)
-        if not last or (count > 1 and not self.store.consecutive_globals):
+        drawn = result.cursors  # the store's word, where an append's can have gaps
+        if not last or (count > 1 and not drawn and not self.store.consecutive_globals):
             return  # which global positions they got is not known: their reads read them
         stored = tuple(
             StoredEvent(
                 self.namespace,
                 stream,
                 result.first_position + offset,
-                last - count + 1 + offset,
+                int(drawn[offset]) if drawn else last - count + 1 + offset,
                 new.type,
                 new.data,
                 new.meta,
             )
             for offset, new in enumerate(prepared)
         )
-        self.folds.appended(self.namespace, stream, stored)
+        self.folds.appended(self.namespace, stream, stored, previous=result.previous)
 
     # -- reading ----------------------------------------------------------------------------
 
