@@ -63,6 +63,7 @@ class _Write(Generic[T]):
     """A write waiting for the worker, and where its outcome goes."""
 
     fn: Callable[[sqlite3.Connection], T]
+    committed: Callable[[T], None] | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[T]
     outcome: list[Any] = field(default_factory=list)  # [result] or [None, exception]
@@ -199,21 +200,26 @@ class SQLiteThread:
             _rollback(conn)
             raise
 
-    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def write(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        committed: Callable[[T], None] | None = None,
+    ) -> T:
         """``fn(conn)`` inside a write transaction, committed after the moved-file check.
 
         ``fn`` neither begins nor ends the transaction; an exception it raises undoes what
         it wrote and nothing else. Writes queued together share one commit; a failed commit
-        or moved file fails each of them (nothing is acknowledged). Raises as :meth:`run`.
+        or moved file fails each of them (nothing is acknowledged). ``committed(value)``
+        runs once the commit succeeded, still holding the connection. Raises as :meth:`run`.
         """
         if self._closed:
             raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
-        done, result = self._write_here(fn)
-        if done:
-            return result  # type: ignore[return-value]
+        here = self._write_here(fn, committed)
+        if here:
+            return here[0]
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
-        job = _Write(fn, loop, future)
+        job = _Write(fn, committed, loop, future)
         with self._queue:
             self._pending.append(job)
             first = len(self._pending) == 1
@@ -231,21 +237,23 @@ class SQLiteThread:
         for job in jobs:
             job.loop.call_soon_threadsafe(_resolve, job.future, [None, flushed.exception()])
 
-    def _write_here(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
-        """Run ``fn`` on this thread when that cannot wait on anything; (False, None) when
-        it must go to the worker instead."""
+    def _write_here(
+        self, fn: Callable[[sqlite3.Connection], T], committed: Callable[[T], None] | None
+    ) -> list[T]:
+        """Run ``fn`` on this thread when that cannot wait on anything: ``[value]``, or
+        ``[]`` when it must go to the worker instead."""
         conn = self._conn
         if conn is None or self._read_only or self._synchronous not in ("OFF", "NORMAL"):
-            return False, None
+            return []
         if not self._busy.acquire(blocking=False):
-            return False, None
+            return []
         try:
             if self._pending:
-                return False, None  # queued writes keep their order
+                return []  # queued writes keep their order
             try:
                 conn.execute("BEGIN IMMEDIATE")  # resting: no busy wait
             except sqlite3.OperationalError:
-                return False, None  # another writer holds the lock: wait on the worker
+                return []  # another writer holds the lock: wait on the worker
 
             def one(conn: sqlite3.Connection) -> T:
                 value = fn(conn)
@@ -256,12 +264,14 @@ class SQLiteThread:
                 return value
 
             value = self._guarded(conn, one)
+            if committed is not None:
+                committed(value)
         finally:
             self._busy.release()
         self._inline_commits += 1
         if self._inline_commits % _CHECKPOINT_EVERY == 0 and self._executor is not None:
             self._executor.submit(self._checkpoint)
-        return True, value
+        return [value]
 
     def _flush(self, conn: sqlite3.Connection) -> None:
         """On the worker: commit every queued write in one transaction, then resolve each."""
@@ -274,6 +284,10 @@ class SQLiteThread:
         except BaseException as exc:
             for job in jobs:
                 job.outcome[:] = [None, exc]
+        else:
+            for job in jobs:
+                if job.committed is not None and len(job.outcome) == 1:
+                    job.committed(job.outcome[0])
         for job in jobs:
             job.loop.call_soon_threadsafe(_resolve, job.future, job.outcome)
 

@@ -8,6 +8,10 @@ appends queued together share one commit (``_sqlite_thread``). Appends take
 (``busy_timeout``) instead of failing, and positions are computed inside the write
 transaction, so concurrent processes never produce a gap or duplicate. An append that
 returned is committed in the WAL and survives ``kill -9`` of the process.
+
+Heads and ``latest`` results the connection read or wrote are answered again without a
+query while ``PRAGMA data_version`` shows that no other connection committed
+(``_sqlite_known``); so is a read after the head, which finds nothing new.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..events import NewEvent, StoredEvent
+from ._sqlite_known import UNKNOWN, Known
 from ._sqlite_thread import SQLiteThread
 from .base import (
     AppendResult,
@@ -78,6 +83,10 @@ _SEEN = (
     "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
     " WHERE namespace = ? AND stream = ? AND key = ?"
 )
+_HEAD = (
+    "SELECT global_position FROM cf_events WHERE namespace = ? AND stream = ?"
+    " ORDER BY position DESC LIMIT 1"
+)
 _VERSION = "SELECT version FROM cf_streams WHERE namespace = ? AND stream = ?"
 _BUMP = (
     "INSERT INTO cf_streams (namespace, stream, version) VALUES (?, ?, ?)"
@@ -117,6 +126,7 @@ class SQLiteStore(Store):
         )
         self.path = self._db.path
         self.url = self._db.url
+        self._known = Known()  # used only holding the connection, as its jobs do
 
     async def open(self) -> None:
         await self._db.open()
@@ -180,7 +190,11 @@ class SQLiteStore(Store):
                 )
             return AppendResult(stream, version + 1, last, str(last_global))
 
-        result = await self._db.write(work)
+        def committed(result: AppendResult) -> None:
+            if not result.deduplicated:
+                self._known.appended(namespace, stream, result.cursor, (e.type for e in events))
+
+        result = await self._db.write(work, committed)
         self.wakeups.notify(namespace, stream)
         return result
 
@@ -194,8 +208,14 @@ class SQLiteStore(Store):
         limit: int | None,
     ) -> ReadResult:
         target = parse_cursor(after)
+        known = self._known
 
         def work(conn: sqlite3.Connection) -> ReadResult:
+            checked = known.head(namespace, stream) == after
+            if checked:  # nothing new after the head, unless another connection committed
+                known.current(conn)
+                if known.head(namespace, stream) == after:
+                    return ReadResult((), after)
             start: int | None = 0
             if target:
                 # One read transaction: the cursor lookup and the page see one snapshot, so
@@ -231,6 +251,8 @@ class SQLiteStore(Store):
                 conn.execute("COMMIT")
             events = StoredEvent.from_rows(namespace, stream, rows)
             cursor = events[-1].cursor if events else (None if reset else after)
+            if checked and types is None and not more:
+                known.saw_head(namespace, stream, cursor)  # a whole page ends at the head
             return ReadResult(events, cursor, reset=reset, more=more)
 
         return await self._db.read(work)
@@ -247,8 +269,14 @@ class SQLiteStore(Store):
         if not types:
             return ()
         bound = parse_cursor(before) if before is not None else None
+        known = self._known
+        key = (tuple(types), bound, limit)
 
         def work(conn: sqlite3.Connection) -> tuple[StoredEvent, ...]:
+            known.current(conn)
+            found = known.latest(namespace, stream, key)
+            if found is not None:
+                return found
             sql = (
                 f"SELECT {_COLUMNS} FROM cf_events WHERE namespace = ? AND stream = ?"
                 f" AND type IN ({','.join('?' * len(types))})"
@@ -259,7 +287,9 @@ class SQLiteStore(Store):
                 args.append(bound)
             sql += " ORDER BY position DESC LIMIT ?"
             args.append(limit)
-            return StoredEvent.from_rows(namespace, stream, conn.execute(sql, args))
+            events = StoredEvent.from_rows(namespace, stream, conn.execute(sql, args))
+            known.saw_latest(namespace, stream, key, events)
+            return events
 
         return await self._db.read(work)
 
@@ -279,13 +309,16 @@ class SQLiteStore(Store):
         return await self._db.read(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
+        known = self._known
+
         def work(conn: sqlite3.Connection) -> str | None:
-            row = conn.execute(
-                "SELECT global_position FROM cf_events WHERE namespace = ? AND stream = ?"
-                " ORDER BY position DESC LIMIT 1",
-                (namespace, stream),
-            ).fetchone()
-            return str(row[0]) if row else None
+            known.current(conn)
+            head = known.head(namespace, stream)
+            if head is UNKNOWN:
+                row = conn.execute(_HEAD, (namespace, stream)).fetchone()
+                head = str(row[0]) if row else None
+                known.saw_head(namespace, stream, head)
+            return head
 
         return await self._db.read(work)
 
@@ -313,6 +346,7 @@ class SQLiteStore(Store):
             )
             self._db.check_files()
             conn.execute("COMMIT")
+            self._known.deleted(namespace, stream)
             return found > 0
 
         found = await self._db.run(work)
