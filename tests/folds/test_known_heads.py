@@ -89,3 +89,16 @@ async def test_a_known_head_at_a_read_states_last_event_needs_no_read() -> None:
     store.clear()
     state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_head=newer)
     assert state == ("a@1", "b@2", "c@3") and list(store.methods) == ["read"]
+
+
+async def test_a_known_version_at_a_states_last_event_needs_no_read() -> None:
+    store = RecordingStore(MemoryStore())
+    journal = cf.Journal(store)
+    await cf.Journal(store.inner).append("s", [Said(text="a"), Said(text="b")])
+    assert await journal.fold(SAID, "s") == ("a@1", "b@2")
+    store.clear()
+    state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_version=2)
+    assert state == ("a@1", "b@2") and not store.calls
+    await cf.Journal(store.inner).append("s", Said(text="c"))
+    state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_version=3)
+    assert state == ("a@1", "b@2", "c@3") and list(store.methods) == ["read"]

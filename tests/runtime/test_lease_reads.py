@@ -178,12 +178,12 @@ async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> N
     lease.watch()
     done = await fenced.append(STREAM, user("mine too"))
     assert lease.known_head == done.cursor
-    lease.heard(int(done.cursor))  # its own append's notification
+    lease.heard(done.version, int(done.cursor))  # its own append's notification
     store.calls.clear()
     state = await fenced.fold(AgentContext, STREAM)
     assert store.calls == [] and state.history[-1].content == "mine too"
     other = await Journal(store).append(STREAM, user("another writer's"))  # its own cache
-    lease.heard(int(other.cursor))
+    lease.heard(other.version, int(other.cursor))
     assert lease.known_head is None
     store.calls.clear()
     state = await fenced.fold(AgentContext, STREAM)
@@ -191,7 +191,7 @@ async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> N
     assert ("read", STREAM) in store.calls
     await fenced.append(STREAM, user("caught up"))
     assert lease.known_head is not None  # its append came after what it heard of
-    lease.heard(None)  # a notification that did not say, or a listener lost
+    lease.heard(None, None)  # a notification that did not say, or a listener lost
     await fenced.append(STREAM, user("once more"))
     assert lease.known_head is None  # for the rest of this claim
     await lease.release()
@@ -204,8 +204,22 @@ async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> N
     store.calls.clear()
     await again.journal.fold(AgentContext, STREAM)  # read at that head already
     assert store.calls == []
-    again.heard(int(head or 0) + 1)
-    assert again.known_head is None
+    again.heard(again.version + 1, int(head or 0) + 1)
+    assert again.known_head is None and again.known is None
+    # Watched with no head (a version from a scan): a state at the claim's version is
+    # current; a change heard of at another version ends that.
+    await Journal(store).append(STREAM, user("another question"))
+    third = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
+    third.watch()
+    assert third.known == (third.version, None)
+    await journal.fold(AgentContext, STREAM)  # read up to it
+    store.calls.clear()
+    await third.journal.fold(AgentContext, STREAM)
+    assert store.calls == []
+    third.heard(third.version, 10**6)  # the change it was claimed at: nothing new
+    assert third.known == (third.version, None)
+    third.heard(third.version + 1, 10**6 + 1)
+    assert third.known is None
 
 
 def _echo() -> Callable[[Journal, str], Agent]:

@@ -207,3 +207,21 @@ async def test_a_leased_turns_folds_read_nothing_after_its_own_first_append(
         mine = [name for name, s in calls if s == stream]
         after = mine[mine.index("append") :]
         assert "read" not in after and "head" not in after, (stream, after)
+
+
+async def test_a_turn_on_a_stream_a_scan_found_reads_each_fold_once(
+    pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scan names each stream's version: the claim is made at it, and the agent's first
+    step takes the scheduler the worker's look read at that version as current."""
+    async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as observer:
+        await new_agent_stream(observer, "chat/a")
+        calls = _record_calls(journal.store, monkeypatch)
+        worker = Worker(journal, _echo(), **NEVER_POLLS)
+        async with running(worker):
+            await eventually(lambda: answered(observer, "chat/a"), what="the turn")
+    mine = [name for name, stream in calls if stream == "chat/a"]
+    looked = mine[: mine.index("append")]
+    # The lease, then each fold's first read (its checkpoint or materialization, then its
+    # events): the scheduler's at the look, the context's at the agent's first step.
+    assert looked.count("read") == 2 and "head" not in looked and "version" not in looked

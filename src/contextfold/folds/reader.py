@@ -235,10 +235,12 @@ class FoldReader:
         *,
         run_id: str | None = None,
         known_head: Any = _UNASKED,
+        known_version: int | None = None,
     ) -> tuple[S, str | None]:
-        """The state and its cursor. ``known_head``: the stream's head as the caller knows
-        it without asking the store (a lease holder's own last append, a notification),
-        taken as it is: a state whose last event is at it is returned without a read."""
+        """The state and its cursor. ``known_head``/``known_version``: the stream's head or
+        version as the caller knows it without asking the store (a lease holder's own last
+        append, a notification, its claim), taken as it is: a state whose last event is
+        there is returned without a read."""
         if fold not in self._checked:
             self._check_identity(fold)
             self._checked.add(fold)
@@ -253,6 +255,8 @@ class FoldReader:
         flight = self._locks.get(key)
         if flight is None:
             cached = self.cache.get(key, self._clock())
+            if cached is not None and known_version is not None and cached.version == known_version:
+                return cached.state, cached.cursor
             # A known head also tells a read's state current: at it, nothing follows its last.
             if cached is not None and (cached.applied or seen is not _UNASKED):
                 state, cursor, head = cached.state, cached.cursor, cached.head
@@ -267,6 +271,12 @@ class FoldReader:
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
+                if (
+                    cached is not None
+                    and known_version is not None
+                    and cached.version == known_version
+                ):
+                    return cached.state, cached.cursor
                 if cached is not None and (cached.applied or seen is not _UNASKED):
                     state, cursor, head = cached.state, cached.cursor, cached.head
                     if seen is _UNASKED:

@@ -44,7 +44,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError
 
@@ -144,7 +144,9 @@ class StreamLease:
         self._ended: LeaseLostError | None = None
         self._lost = False
         self._others = 0
-        self._head: str | None = None  # the stream's head as known (its own last append)
+        # Where the stream is known to be without asking: (version, head cursor if known),
+        # after its own last append, or as the claimant said.
+        self._at: tuple[int, str | None] | None = None
         self._watched = False
         self._heard = 0  # the newest head of the stream heard of (-1: some went unheard)
         self.journal: Journal = FencedJournal(self, journal)
@@ -158,30 +160,48 @@ class StreamLease:
         """The stream's version as far as this instance has seen it."""
         return self._version
 
-    def watch(self, head: str | None = None) -> None:
-        """Say that every change of the stream from now on is reported to :meth:`heard`
-        (by a listener that started before any append of this claim); ``head``: the
-        stream's head as of the newest change heard of before (at the claim's version)."""
-        self._watched = True
-        if head is not None and self._head is None and self._pending:
-            self._head = head
+    def watch(self, head: str | None = None, *, notified: bool = True) -> None:
+        """Take the stream to be at the claim's version (its head ``head``, when a
+        notification said) until a change is heard of (:meth:`heard`). ``notified``: every
+        change of the stream from now on is reported to :meth:`heard` (by a listener that
+        started before any append of this claim), so the holder's own appends tell where
+        it is too; without, that holds only until the claim lands (nothing the holder did
+        before then left the journal)."""
+        self._watched = notified
+        if self._at is None and self._pending:
+            self._at = (self._version, head)
 
-    def heard(self, head: int | None) -> None:
-        """A change of the stream was heard of: its head (a global position) after it, or
-        None when the notification did not say or some may have gone unheard (a listener
-        lost); then no head is known without asking for the rest of this claim."""
-        self._heard = -1 if head is None or self._heard < 0 else max(self._heard, head)
+    def heard(self, version: int | None, head: int | None) -> None:
+        """A change of the stream was heard of: its version and head (a global position)
+        after it, or None when the notification did not say or some may have gone unheard
+        (a listener lost); then nothing is known without asking for the rest of this claim."""
+        if version is None or head is None or self._heard < 0:
+            self._heard = -1
+            return
+        self._heard = max(self._heard, head)
+        at = self._at
+        if at is not None and at[1] is None and version != at[0]:
+            self._at = None  # no head to tell an older change from a newer one
+
+    @property
+    def known(self) -> tuple[int, str | None] | None:
+        """The stream's version and head (None: not known) as this instance knows them
+        without asking: after its own last append, or as :meth:`watch` said, while the
+        lease is watched and active and no newer change was heard of; else None."""
+        at = self._at
+        heard = self._heard
+        if at is None or self._ended is not None or heard < 0:
+            return None
+        if not (self._watched or self._pending):
+            return None
+        head = at[1]
+        return at if head is None or heard <= (parse_cursor(head) or 0) else None
 
     @property
     def known_head(self) -> str | None:
-        """The stream's head as this instance knows it without asking: its own last append
-        (or the head :meth:`watch` was given), while the lease is watched and active and
-        no newer change was heard of; else None."""
-        head = self._head
-        if head is None or not self._watched or self._ended is not None:
-            return None
-        heard = self._heard
-        return head if 0 <= heard <= (parse_cursor(head) or 0) else None
+        """The stream's head as :attr:`known` says, or None."""
+        known = self.known
+        return None if known is None else known[1]
 
     @property
     def cursor(self) -> str | None:
@@ -387,7 +407,7 @@ class StreamLease:
                 self._expires_at = claim.expires_at
             if not result.deduplicated:
                 self._version, self._cursor = result.version, result.cursor
-            self._head = None if result.deduplicated else result.cursor
+            self._at = None if result.deduplicated else (result.version, result.cursor)
             return result
         raise ConflictError(
             f"stream {self.stream!r}: {_FENCE_ATTEMPTS} appends in a row lost a race with "
@@ -397,7 +417,7 @@ class StreamLease:
     async def _catch_up(self) -> None:
         """Read what other writers appended after this instance's version: raise
         LeaseLostError when a lease event not of this landed claim is among it."""
-        self._head = None
+        self._at = None
         while True:
             page = await self._base.read(self.stream, after=self._cursor, limit=_CATCH_UP_PAGE)
             if page.reset:
@@ -464,12 +484,16 @@ class FencedJournal(Journal):
         self.lease = lease
 
     async def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
-        head = self.lease.known_head if stream == self.lease.stream else None
-        if head is None:
+        known = self.lease.known if stream == self.lease.stream else None
+        if known is None:
             return await super().fold(fold, stream, run_id=run_id)
-        started = time.perf_counter()  # the lease appended: stream and store are fine
+        version, head = known
+        started = time.perf_counter()  # the lease's stream: checked, and the store open
+        at: dict[str, Any] = {"known_version": version}
+        if head is not None:
+            at["known_head"] = head
         state, _ = await self.folds.read_with_cursor(
-            fold, self.namespace, stream, run_id=run_id, known_head=head
+            fold, self.namespace, stream, run_id=run_id, **at
         )
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..context.state import AgentContextState
 from ..errors import (
@@ -387,7 +388,7 @@ class Worker:
                 finally:
                     self._listening = False
                     for lease in self._leases.values():
-                        lease.heard(None)  # what lands meanwhile goes unheard
+                        lease.heard(None, None)  # what lands meanwhile goes unheard
                     await conn.close()
             except (psycopg.Error, OSError) as exc:
                 log.warning("worker %s: not listening (%s); polling meanwhile", self.holder, exc)
@@ -404,7 +405,7 @@ class Worker:
         if stream is not None:
             lease = self._leases.get(stream)
             if lease is not None:
-                lease.heard(wake.head)
+                lease.heard(wake.version, wake.head)
             self._changed(stream, None if wake.version is None else _Mark(wake.version, wake.head))
         elif key not in self._foreign and key not in self._unknown:
             self._unknown.add(key)  # a new stream, or another namespace's: the scan tells
@@ -450,7 +451,7 @@ class Worker:
                 return
             del self._paused[stream]
         if not self.lease:
-            if await self._may_have_work(stream):
+            if await self._may_have_work(stream, version, None):
                 await self._run_leased(stream, None, self._failures.get(stream, 0))
             return
         # The lease first: a stream another instance holds, or one handed back idle with
@@ -466,7 +467,7 @@ class Worker:
         head = None
         if heard is not None and heard.head is not None and heard.version == view.version:
             head = str(heard.head)
-        if not await self._may_have_work(stream, head):
+        if not await self._may_have_work(stream, view.version, head):
             return
         try:
             lease = await claim_lease(
@@ -486,11 +487,12 @@ class Worker:
         journal = lease.journal if lease is not None else self.journal
         if lease is not None:
             self._leases[stream] = lease
-            if self._listening:
-                lease.watch(head)  # its folds take its own appends' heads for the stream's
-                newer = self._heard.get(stream)  # heard of since the look
-                if newer is not None and newer.head is not None:
-                    lease.heard(newer.head)
+            # Its folds take where it knows the stream is (its claim's version, then its own
+            # appends' heads while the worker hears every change).
+            lease.watch(head, notified=self._listening)
+            newer = self._heard.get(stream)  # heard of since the look
+            if newer is not None and newer.head is not None:
+                lease.heard(newer.version, newer.head)
         try:
             async with lease.renewing() if lease is not None else contextlib.nullcontext():
                 agent = await self._agent(journal, stream)
@@ -545,17 +547,18 @@ class Worker:
         self._count(runs=1)
         return idle
 
-    async def _may_have_work(self, stream: str, head: str | None = None) -> bool:
-        """Whether the stream's scheduler has something to do (``head``: the stream's head
-        as a notification named it). Budgets only tell a request from a halt (both are
-        work); the context only tells a request from a pending birth, and the agent reads
-        it itself (a birth still pending leaves its claim unused)."""
+    async def _may_have_work(self, stream: str, version: int | None, head: str | None) -> bool:
+        """Whether the stream's scheduler has something to do, the stream taken to be at
+        ``version`` (the claim's) with ``head`` (as a notification named it). Budgets only
+        tell a request from a halt (both are work); the context only tells a request from a
+        pending birth, and the agent reads it itself (a birth still pending leaves its claim
+        unused)."""
+        at: dict[str, Any] = {"known_version": version}
         if head is not None:
-            sched, _ = await self.journal.folds.read_with_cursor(
-                Scheduler, self.journal.namespace, stream, known_head=head
-            )
-            return decide(sched, _UNBORN, _BUDGETS).action != "idle"
-        sched = await self.journal.fold(Scheduler, stream)
+            at["known_head"] = head
+        sched, _ = await self.journal.folds.read_with_cursor(
+            Scheduler, self.journal.namespace, stream, **at
+        )
         return decide(sched, _UNBORN, _BUDGETS).action != "idle"
 
     async def _agent(self, journal: Journal, stream: str) -> Agent:
