@@ -264,6 +264,8 @@ class FoldBase(Generic[S]):
         skip: Skip,
         decoded: dict[tuple[int, int], Any] | None,
     ) -> tuple[Any, int, int]:
+        """:meth:`_fold_into` through the handlers' steps; ``decoded`` as in
+        :meth:`_fold_appended`, or None (every payload decoded here)."""
         known = self._steps
         seal = self._step_seal()
         make = tuple.__new__
