@@ -196,11 +196,13 @@ def check_max_payload_bytes(value: object) -> int:
 
 
 def check_batch(
-    stream: str, events: Event | RawEvent | Iterable[Event | RawEvent]
-) -> list[Event | RawEvent]:
+    stream: str, events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent]
+) -> list[Event | RawEvent | NewEvent]:
     """The events of one append as a list (one event alone is a batch of one). Raises
     InvalidInputError for an empty batch or one over :data:`MAX_BATCH`."""
-    batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
+    # A NewEvent is a tuple: iterated, it would be taken for a batch of its fields.
+    one = (Event, RawEvent, NewEvent)
+    batch: list[Event | RawEvent | NewEvent] = [events] if isinstance(events, one) else list(events)
     if not batch:
         raise InvalidInputError(f"append to {stream!r} got no events")
     if len(batch) > MAX_BATCH:
@@ -227,7 +229,7 @@ def check_types(types: Sequence[str | type[Event]] | None) -> tuple[str, ...] | 
 
 
 def encode_events(
-    events: Iterable[Event | RawEvent],
+    events: Iterable[Event | RawEvent | NewEvent],
     *,
     clock: Clock,
     ids: IdFactory,
@@ -240,6 +242,10 @@ def encode_events(
     """Events encoded for storage: canonical JSON, one time from ``clock`` for the batch and
     an id from ``ids`` for each event.
 
+    A :class:`NewEvent` (encoded earlier, ``Journal.encode``) is taken as it is, its own
+    meta included (but for this append's idempotency key), once checked like the others;
+    a batch of only such events reads no clock.
+
     Raises InvalidInputError naming the label, channel or ``events[i]`` at fault (a bad
     type name, a non-event, an id no store could keep) and PayloadError for a payload that
     is not JSON or is over ``max_payload_bytes``.
@@ -248,9 +254,14 @@ def encode_events(
     check_label("actor", actor)
     check_label("idempotency_key", idempotency_key, empty=False)
     chans = _checked_channels(channels)
-    time = clock().isoformat()
+    time: str | None = None
     prepared: list[NewEvent] = []
     for index, event in enumerate(events):
+        if type(event) is NewEvent:
+            prepared.append(_encoded(index, event, max_payload_bytes, idempotency_key))
+            continue
+        if time is None:  # one reading for the batch, as it encodes its first event
+            time = clock().isoformat()
         if type(event) is RawEvent:
             type_name = event.type
             if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
@@ -300,3 +311,36 @@ def encode_events(
         meta = _make(EventMeta, (event_id, time, run_id, actor, idempotency_key, chans))
         prepared.append(_make(NewEvent, (type_name, data, meta)))
     return prepared
+
+
+def _encoded(
+    index: int, event: NewEvent, max_payload_bytes: int, idempotency_key: str | None
+) -> NewEvent:
+    """An event encoded earlier, checked as :func:`encode_events` checks what it encodes,
+    with ``idempotency_key`` (the append's) in its meta. Raises as :func:`encode_events`."""
+    type_name, data, meta = event
+    where = f"events[{index}]"
+    if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
+        raise InvalidInputError(f"{where}: encoded event type {type_name!r} is not a type name")
+    if type(meta) is not EventMeta:
+        raise InvalidInputError(f"{where} ({type_name}): meta must be an EventMeta")
+    if not isinstance(data, bytes):
+        raise PayloadError(f"{where} ({type_name}): an encoded payload must be JSON bytes")
+    if len(data) > max_payload_bytes:
+        raise PayloadError(
+            f"{where} ({type_name}): payload is {len(data)} bytes, over the limit of "
+            f"{max_payload_bytes}; store large content elsewhere and reference it, or raise "
+            "max_payload_bytes"
+        )
+    try:
+        orjson.loads(data)  # refuses NaN, lone surrogates and anything else not JSON
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"{where} ({type_name}): payload is not JSON: {exc}") from exc
+    check_label(f"{where}: meta.event_id", meta.event_id, empty=False, optional=False)
+    check_label(f"{where}: meta.time", meta.time, empty=False, optional=False)
+    check_label(f"{where}: meta.run_id", meta.run_id)
+    check_label(f"{where}: meta.actor", meta.actor)
+    channels = _checked_channels(meta.channels)
+    return NewEvent(
+        type_name, data, meta._replace(idempotency_key=idempotency_key, channels=channels)
+    )

@@ -149,10 +149,38 @@ class Journal:
 
     # -- writing ----------------------------------------------------------------------------
 
+    def encode(
+        self,
+        events: Event | RawEvent | Iterable[Event | RawEvent],
+        *,
+        run_id: str | None = None,
+        actor: str | None = None,
+        channels: Sequence[str] = ("main",),
+    ) -> tuple[NewEvent, ...]:
+        """``events`` as an append would store them (payload bytes, one time from the clock,
+        an id each, the meta given), stored as they are by a later :meth:`append`.
+
+        So a caller knows what an event will say (its time) before it makes the events
+        that follow it in the same append, and each event of a batch may have its own
+        actor and channels. Nothing is stored. Raises as :meth:`append` for bad input.
+        """
+        batch = check_batch("an encoded batch", events)
+        return tuple(
+            encode_events(
+                batch,
+                clock=self.clock,
+                ids=self.ids,
+                max_payload_bytes=self.max_payload_bytes,
+                run_id=run_id,
+                actor=actor,
+                channels=channels,
+            )
+        )
+
     async def append(
         self,
         stream: str,
-        events: Event | RawEvent | Iterable[Event | RawEvent],
+        events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent],
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
@@ -162,6 +190,7 @@ class Journal:
     ) -> AppendResult:
         """Append events atomically to ``stream``; all get consecutive positions or none is written.
 
+        Encoded events (:meth:`encode`) are stored as they are, with their own meta.
         Raises InvalidInputError/PayloadError for bad input, WrongExpectedVersionError,
         IdempotencyConflictError; nothing is written in any of these cases.
         """

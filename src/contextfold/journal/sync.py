@@ -21,7 +21,7 @@ from collections.abc import (
 )
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
-from ..events import Event, RawEvent, StoredEvent
+from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache
 from ..folds.segmented import SegmentedFold
@@ -117,10 +117,20 @@ class SyncJournal:
         self._call(self.journal.close())
         self._runner.stop()
 
+    def encode(
+        self,
+        events: Event | RawEvent | Iterable[Event | RawEvent],
+        *,
+        run_id: str | None = None,
+        actor: str | None = None,
+        channels: Sequence[str] = ("main",),
+    ) -> tuple[NewEvent, ...]:
+        return self.journal.encode(events, run_id=run_id, actor=actor, channels=channels)
+
     def append(
         self,
         stream: str,
-        events: Event | RawEvent | Iterable[Event | RawEvent],
+        events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent],
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,

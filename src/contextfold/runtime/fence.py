@@ -55,7 +55,7 @@ from ..errors import (
     StoreError,
     WrongExpectedVersionError,
 )
-from ..events import Event, RawEvent, StoredEvent
+from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..journal import Journal
 from ..journal.encode import Clock
@@ -232,7 +232,7 @@ class StreamLease:
 
     async def append(
         self,
-        events: Event | RawEvent | Iterable[Event | RawEvent],
+        events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent],
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
@@ -243,7 +243,11 @@ class StreamLease:
         """Append to the stream as the lease holder (see the module docstring): lands only
         while this instance holds the lease. Raises LeaseLostError (nothing written) once
         it does not, and what ``Journal.append`` raises."""
-        batch = [events] if isinstance(events, (Event, RawEvent)) else list(events)
+        # A NewEvent is a tuple: iterated, it would be taken for a batch of its fields.
+        one = (Event, RawEvent, NewEvent)
+        batch: list[Event | RawEvent | NewEvent] = (
+            [events] if isinstance(events, one) else list(events)
+        )
         async with self._lock:
             self._check()
             if idempotency_key is not None and (self._pending or self._expired()):
@@ -362,7 +366,7 @@ class StreamLease:
 
     async def _fenced(
         self,
-        batch: Sequence[Event | RawEvent],
+        batch: Sequence[Event | RawEvent | NewEvent],
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
@@ -501,7 +505,7 @@ class FencedJournal(Journal):
     async def append(
         self,
         stream: str,
-        events: Event | RawEvent | Iterable[Event | RawEvent],
+        events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent],
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
