@@ -12,9 +12,10 @@ configurations, interleaved and repeated (``--repeats``), medians compared:
 
 Each worker is warm before the clock starts (its pool connected, one turn of its own
 served), and the tables are vacuumed between runs. With the rates it prints the CPU per
-turn of the workers and of the PostgreSQL processes on this machine: one worker bound by
-its own CPU leaves the database the other core, so on 2 cores two workers reach at most
-``2 * w / (w + p)`` times one, a bound it prints too.
+turn of the workers and of the server's PostgreSQL processes (when it runs on this
+machine; other servers are left out): one worker bound by its own CPU leaves the
+database the other core, so on 2 cores two workers reach at most ``2 * w / (w + p)`` times
+one, a bound it prints too.
 
 It prints ``RATIO workers_2_vs_1`` (target >= 1.6 on a 2-core machine) and
 ``RATIO workers_leased_vs_unleased`` (target >= 0.8). Usage::
@@ -122,19 +123,35 @@ def answers(conn: Any, namespace: str) -> int:
     return int(row[0]) if row else 0
 
 
-def postgres_cpu() -> float:
-    """CPU seconds used so far by the PostgreSQL processes on this machine (0 where /proc
-    cannot tell: the split below then shows the workers only)."""
-    total = 0
+def _stat(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state first), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def postmaster_of(conn: Any) -> int | None:
+    """The process id of the server's postmaster, when it runs on this machine: the parent
+    of this connection's backend (None when /proc does not show it)."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    fields = _stat(row[0]) if row else None
+    return int(fields[1]) if fields else None
+
+
+def postgres_cpu(postmaster: int | None) -> float:
+    """CPU seconds used so far by the server's processes: the postmaster, its children, and
+    the children it has reaped (0 where /proc cannot tell: the split below then shows the
+    workers only). Other servers on the machine (other test runs) are left out."""
+    own = _stat(postmaster) if postmaster is not None else None
+    if own is None:
+        return 0.0
+    total = sum(int(tick) for tick in own[11:15])  # utime, stime, cutime, cstime
     for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if not (entry / "cmdline").read_bytes().startswith(b"postgres"):
-                continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime and stime, in clock ticks
-    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
+        fields = _stat(entry.name)
+        if fields is not None and fields[1] == str(postmaster):
+            total += int(fields[11]) + int(fields[12])  # in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def run_once(
@@ -155,7 +172,8 @@ def run_once(
         for worker in children:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
         with psycopg.connect(dsn, autocommit=True) as conn:
-            database = postgres_cpu()
+            postmaster = postmaster_of(conn)
+            database = postgres_cpu(postmaster)
             began = time.perf_counter()
             for worker in children:
                 assert worker.stdin is not None
@@ -164,7 +182,7 @@ def run_once(
             while answers(conn, namespace) < streams:
                 time.sleep(0.05)
             elapsed = time.perf_counter() - began
-            database = postgres_cpu() - database
+            database = postgres_cpu(postmaster) - database
     finally:
         for worker in children:
             worker.terminate()
