@@ -137,18 +137,22 @@ async def test_a_model_call_cancelled_from_inside_is_a_provider_error() -> None:
         await journal.close()
 
 
-@pytest.mark.parametrize("at", [1, 3], ids=["a step's fold", "the send's fold"])
+@pytest.mark.parametrize(
+    ("method", "at"),
+    [("fold", 1), ("fold", 2), ("latest", 1)],
+    ids=["a step's fold", "its second fold", "the request's manifest look-up"],
+)
 async def test_a_cancel_a_library_swallowed_stops_the_agent_before_the_model_call(
-    at: int,
+    method: str, at: int
 ) -> None:
     """On Python 3.11 a driver's ``wait_for`` can swallow a cancel that lands as its query
     completes (the task still counts it): the agent must not go on to call the model."""
     journal = cf.open_journal("memory://")
-    fold = journal.fold
+    read = getattr(journal, method)
     in_fold, swallow = asyncio.Event(), asyncio.Event()
     folds = 0
 
-    async def swallowing_fold(*args: Any, **options: Any) -> Any:
+    async def swallowing(*args: Any, **options: Any) -> Any:
         nonlocal folds
         folds += swallow.is_set()
         if folds == at and not in_fold.is_set():
@@ -156,9 +160,9 @@ async def test_a_cancel_a_library_swallowed_stops_the_agent_before_the_model_cal
             # What wait_for does when the query's result was ready: the cancel is dropped.
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(60)
-        return await fold(*args, **options)
+        return await read(*args, **options)
 
-    journal.fold = swallowing_fold  # type: ignore[method-assign]
+    setattr(journal, method, swallowing)
     called: list[cf.NeutralRequest] = []
 
     def model(request: cf.NeutralRequest) -> str:

@@ -176,8 +176,10 @@ async def test_a_turn_woken_by_a_notification_reads_each_fold_once(
         mine = [name for name, stream in calls if stream == "chat/a"]
         looked = mine[: mine.index("append")]
         # The lease, then the scheduler (the worker's look) and the context (the agent's
-        # first step) each read the trigger; the scheduler read again: nothing.
-        assert looked == ["latest", "read", "read"], looked
+        # first step) each read the trigger; the scheduler read again: nothing. Then the
+        # turn records the request's manifest names (the request and its record go in one
+        # append, made after it).
+        assert looked == ["latest", "read", "read", "latest"], looked
 
 
 async def test_a_leased_turns_folds_read_nothing_after_its_own_first_append(

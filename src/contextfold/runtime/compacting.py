@@ -94,25 +94,27 @@ class CompactionSteps(MaterializingSteps):
         return best
 
     async def _relieve_pressure(
-        self, context: AgentContextState, header: RequestHeader, report: RunReport
-    ) -> tuple[AgentContextState, NeutralRequest | None]:
+        self, context: AgentContextState, header: RequestHeader, report: RunReport, known: int
+    ) -> tuple[AgentContextState, NeutralRequest | None, int]:
         """The pressure gate before a request goes out: estimate it with ``header``
         (session prefix included: a new instance's prefix may have grown) and, when it
         crosses the threshold, summarize the previous request first. Returns the context
-        the request is built from, and the request estimated from that context (None when
-        there was none to estimate, or a compaction changed the context). Raises
-        CompactionError like the catch-up."""
+        the request is built from, the request estimated from that context (None when
+        there was none to estimate, or a compaction changed the context), and the newest
+        version known before that context was read (``known``, for the context given).
+        Raises CompactionError like the catch-up."""
         previous = context.request_offset
         if previous is None or previous <= context.compacted_through:
-            return context, None
+            return context, None, known
         request = build_request(context, header)
         if not self._over(_estimate(request, header.transport), header.model):
-            return context, request
+            return context, request, known
         # Measured like the request about to go: an estimate of previous's own body.
         attempt = self._attempt(context, previous, _estimate_of(context), header.model)
         if await self._compact(previous, report, attempt=attempt):
-            return await self.journal.fold(AgentContext, self.stream), None
-        return context, request
+            known = self._version_seen
+            return await self.journal.fold(AgentContext, self.stream), None, known
+        return context, request, known
 
     def _over(self, tokens: int, model: str) -> bool:
         return needs_compaction(
@@ -158,7 +160,7 @@ class CompactionSteps(MaterializingSteps):
         await confirm_claim(self.journal)  # no append precedes this call: a lazy lease lands
         output = await self.model.complete(neutral, rendered)
         summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
-        await self.journal.append(self.stream, summary, actor="agent")
+        self._saw(await self.journal.append(self.stream, summary, actor="agent"))
         report.compactions.append(offset)
         await self._emit(CompactionFinished(offset=offset, summary=output.text))
         return True

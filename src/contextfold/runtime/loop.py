@@ -134,13 +134,17 @@ class Agent(TurnSteps):
                 if stop is not None and stop.is_set():
                     report.reason = "stop requested"
                     break
+                known = self._version_seen  # the states hold everything through it
                 context = await self.journal.fold(AgentContext, self.stream)
                 sched = await self.journal.fold(Scheduler, self.stream)
                 self._cancel.check()
                 if await self._catch_up_compaction(context, sched, report):
                     report.steps += 1
                     continue
-                await self._materialize_if_due(context)
+                if await self._materialize_if_due(context):  # its events come first now
+                    known = self._version_seen
+                    context = await self.journal.fold(AgentContext, self.stream)
+                    sched = await self.journal.fold(Scheduler, self.stream)
                 decision = decide(sched, context, self.budgets)
                 if decision.action == "idle":
                     report.status, report.reason = (
@@ -155,11 +159,8 @@ class Agent(TurnSteps):
                 report.steps += 1
                 if decision.action == "halt":
                     reason = "circuit-breaker" if "breaker" in decision.reason else "turn-budget"
-                    await self.journal.append(
-                        self.stream,
-                        AgentHalted(reason=reason, detail=decision.reason),
-                        actor="agent",
-                    )
+                    halted = AgentHalted(reason=reason, detail=decision.reason)
+                    self._saw(await self.journal.append(self.stream, halted, actor="agent"))
                     await self._emit(LoopHalted(reason=decision.reason))
                     report.status, report.reason = "stopped", decision.reason
                     break
@@ -176,11 +177,12 @@ class Agent(TurnSteps):
                     )
                     report.tool_calls += runs.answered
                     report.not_rerun.extend(runs.not_rerun)
+                    self._version_seen = max(self._version_seen, runs.version)
                 elif decision.action == "retry":
                     assert sched.last_request is not None
                     await self._retry(sched.last_request, sched.request_actor, report)
                 else:
-                    await self._request(context, decision, report)
+                    await self._request(context, decision, report, known)
         except asyncio.CancelledError:
             # A shutdown, maybe while tools run: observers close what they still hold open
             # (a request's own rows are closed where it is sent).

@@ -27,6 +27,7 @@ from ..context.state import AGENT_WRITER, AgentContextState
 from ..context.turns import Turns
 from ..errors import CheckpointError, InvalidInputError
 from ..journal import Journal
+from ..store.base import AppendResult
 from .instance import AgentInstance
 from .scheduling import Scheduler
 
@@ -50,6 +51,8 @@ class Materialized:
     """Chunks appended (the others were referenced from earlier materializations)."""
     referenced: int
     """Chunks of the manifest in all."""
+    version: int = 0
+    """The stream's version after the last event it stored."""
 
 
 async def materialize_context(journal: Journal, stream: str) -> Materialized | None:
@@ -83,11 +86,13 @@ async def materialize_context(journal: Journal, stream: str) -> Materialized | N
     )
     appended = await journal.append(stream, [*chunks, manifest], actor=AGENT_WRITER, channels=())
     await journal.checkpoint(Scheduler, stream, lambda current: current)
+    version = appended.last_position
     for small in _SNAPSHOTTED:
         state_of, cursor = await journal.folds.read_with_cursor(small, journal.namespace, stream)
         snapshot = snapshot_event(small, state_of, cursor)
-        await journal.append(stream, snapshot, actor=AGENT_WRITER, channels=())
-    return Materialized(appended.last_position, len(chunks), len(manifest.chunks))
+        done = await journal.append(stream, snapshot, actor=AGENT_WRITER, channels=())
+        version = done.last_position
+    return Materialized(appended.last_position, len(chunks), len(manifest.chunks), version)
 
 
 def _position(context: AgentContextState) -> int:
@@ -103,19 +108,29 @@ class MaterializingSteps(AgentInstance):
     materialize_every: int = MATERIALIZE_EVERY
     """Stream positions between two materializations (set it on an agent to change it)."""
     _materialized_at: int | None = None  # stream position of the newest one, once looked up
+    # The newest stream version the agent's own appends returned: the stream had it at
+    # least (a request appended at once names the version it expects from it).
+    _version_seen: int = 0
 
-    async def _materialize_if_due(self, context: AgentContextState) -> None:
+    def _saw(self, appended: AppendResult) -> AppendResult:
+        """Note the version ``appended`` left the stream at; returns it."""
+        if not appended.deduplicated and appended.last_position > self._version_seen:
+            self._version_seen = appended.last_position
+        return appended
+
+    async def _materialize_if_due(self, context: AgentContextState) -> bool:
         """Materialize when the context has seen :attr:`materialize_every` positions since
-        the newest materialization. A chunk or state that cannot be stored is logged, not
-        raised: it only costs the next instance a longer first read."""
+        the newest materialization; True when it did (the states read before are behind
+        its events). A chunk or state that cannot be stored is logged, not raised: it only
+        costs the next instance a longer first read."""
         position = _position(context)
         if position < self.materialize_every:
-            return  # not due, wherever the newest materialization is: no look-up
+            return False  # not due, wherever the newest materialization is: no look-up
         if self._materialized_at is None:
             found = await self.journal.latest(self.stream, [ContextMaterialized])
             self._materialized_at = found[0].position if found else 0
         if position - self._materialized_at < self.materialize_every:
-            return
+            return False
         try:
             done = await materialize_context(self.journal, self.stream)
         except (InvalidInputError, CheckpointError) as exc:
@@ -124,3 +139,6 @@ class MaterializingSteps(AgentInstance):
             log.warning("agent on %r did not materialize its context: %s", self.stream, exc)
             done = None
         self._materialized_at = done.position if done is not None else position
+        if done is not None:
+            self._version_seen = max(self._version_seen, done.version)
+        return True

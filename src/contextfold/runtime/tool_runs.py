@@ -31,6 +31,7 @@ from ..context.evidence import (
 )
 from ..errors import ConflictError, WrongExpectedVersionError
 from ..journal import Journal
+from ..store.base import AppendResult
 from ..wire import ToolCall
 from .events import LoopEvent, ToolFinished, ToolStarted
 from .scheduling import AGENT, TOOL_WRITER
@@ -63,6 +64,8 @@ class ToolRuns:
 
     answered: int = 0
     not_rerun: tuple[str, ...] = ()
+    version: int = 0
+    """The stream's version after the last of its appends (0: it made none)."""
 
 
 async def run_calls(
@@ -82,6 +85,7 @@ async def run_calls(
     ``max_output_bytes`` is refused (see the module). Store errors propagate (the call's
     record is then what the journal holds)."""
     not_rerun: list[str] = []
+    versions = [0]  # of each append made: the newest is the stream's version after them
     for call in calls:
         resumed = call.id in started
         if resumed and not may_rerun(toolbox.get(call.name), policy):
@@ -92,7 +96,7 @@ async def run_calls(
             outcome = await toolbox.call(
                 call,
                 ToolContext(call.id, call.name, stream, resumed=resumed),
-                on_start=_recorder(journal, stream, call),
+                on_start=_recorder(journal, stream, call, versions),
             )
         result = ToolCallResult(
             tool_call_id=call.id,
@@ -100,10 +104,13 @@ async def run_calls(
             content=outcome.output,
             is_error=outcome.is_error,
         )
-        stored = await _append_result(journal, stream, result, content_limit, max_output_bytes)
+        stored, appended = await _append_result(
+            journal, stream, result, content_limit, max_output_bytes
+        )
+        versions.append(appended.last_position)
         shown = replace(outcome, output=stored.visible, is_error=stored.is_error)
         await emit(ToolFinished(call=call, outcome=shown))
-    return ToolRuns(len(calls), tuple(not_rerun))
+    return ToolRuns(len(calls), tuple(not_rerun), max(versions))
 
 
 # Appends by other writers between reading the version and appending make an attempt fail;
@@ -113,15 +120,14 @@ _APPEND_ATTEMPTS = 50
 
 async def _append_result(
     journal: Journal, stream: str, result: ToolCallResult, limit: int, max_output_bytes: int
-) -> StoredOutput:
+) -> tuple[StoredOutput, AppendResult]:
     """Append ``result`` with its item; a cut one at a known position (its item's ref names
     the result's offset), so with the stream's version as the expected one."""
     options = {"limit": limit, "max_payload_bytes": journal.max_payload_bytes}
     keep = output_limit(limit, journal.max_payload_bytes)
     if len(result.content) + len("error: ") <= keep:  # surely within the limit: no ref
         stored = tool_result_events(result, stream=stream, position=None, **options)
-        await journal.append(stream, stored.events, actor=TOOL_WRITER)
-        return stored
+        return stored, await journal.append(stream, stored.events, actor=TOOL_WRITER)
     for _ in range(_APPEND_ATTEMPTS):
         version = await journal.version(stream)
         stored = tool_result_events(
@@ -132,10 +138,12 @@ async def _append_result(
             **options,
         )
         try:
-            await journal.append(stream, stored.events, expected_version=version, actor=TOOL_WRITER)
+            appended = await journal.append(
+                stream, stored.events, expected_version=version, actor=TOOL_WRITER
+            )
         except WrongExpectedVersionError:
             continue
-        return stored
+        return stored, appended
     raise ConflictError(
         f"stream {stream!r} kept changing while the result of tool call "
         f"{result.tool_call_id!r} was appended ({_APPEND_ATTEMPTS} attempts); run the agent "
@@ -143,9 +151,12 @@ async def _append_result(
     )
 
 
-def _recorder(journal: Journal, stream: str, call: ToolCall) -> Callable[[], Awaitable[None]]:
+def _recorder(
+    journal: Journal, stream: str, call: ToolCall, versions: list[int]
+) -> Callable[[], Awaitable[None]]:
     async def record() -> None:
         started = ToolCallStarted(tool_call_id=call.id, name=call.name)
-        await journal.append(stream, started, actor=AGENT)
+        appended = await journal.append(stream, started, actor=AGENT)
+        versions.append(appended.last_position)
 
     return record

@@ -22,14 +22,15 @@ from ..context.events import (
     RequestHeader,
     assistant_item,
 )
+from ..context.manifest import Manifest
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
 from ..context.request import build_request, prefix_snapshot, retimed
 from ..context.state import AgentContextState, ContextItem
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
-from ..errors import CorruptEventError, ModelError, RenderError
-from ..events import StoredEvent
+from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVersionError
+from ..events import Envelope, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .compacting import CompactionSteps
 from .events import (
@@ -113,21 +114,84 @@ class TurnSteps(CompactionSteps):
         return header
 
     async def _request(
-        self, context: AgentContextState, decision: Decision, report: RunReport
+        self, context: AgentContextState, decision: Decision, report: RunReport, known: int
     ) -> None:
+        """Request from ``context`` as ``decision`` says; ``known``: the newest stream
+        version the agent knew before ``context`` was read (it holds everything through
+        it)."""
         header = await self._header(context)
         # The pressure gate; what it estimated is what goes out, but for the tail's time.
-        context, estimated = await self._relieve_pressure(context, header, report)
+        context, estimated, known = await self._relieve_pressure(context, header, report, known)
         # An unchanged header is logged once: later requests carry None and reuse it.
         logged = None if context.header == header else header
-        appended = await self.journal.append(
-            self.stream, LlmRequestRequested(header=logged, reason=decision.reason), actor="agent"
-        )
-        offset = appended.first_position
+        event = LlmRequestRequested(header=logged, reason=decision.reason)
         planned = None if estimated is None else _Planned(context, header, estimated)
-        await self._send(offset, report, planned)
+        version = max(known, _seen_through(context))
+        sending = await self._record_at_once(context, event, planned, version)
+        if sending is None:  # the stream moved on meanwhile: the request, then its record
+            appended = self._saw(await self.journal.append(self.stream, event, actor=AGENT))
+            await self._send(appended.first_position, report, planned)
+            return
+        await self._deliver(*sending, report)
+
+    async def _record_at_once(
+        self,
+        context: AgentContextState,
+        event: LlmRequestRequested,
+        planned: _Planned | None,
+        version: int,
+    ) -> tuple[int, AgentContextState, NeutralRequest, RenderedRequest] | None:
+        """Append the request and its record in one append, expecting the stream at
+        ``version``: where ``context`` is current, when the stream is still there. The
+        record's body is rendered from ``context`` with the request folded in (not stored
+        yet), so it is what the journal gives after it. Returns (offset, context through
+        the request, request, body); None, with nothing stored, when the stream is not at
+        ``version`` (another writer appended, or ``context`` is further: the agent knew
+        less)."""
+        [request] = self.journal.encode(event, actor=AGENT)
+        offset = version + 1
+        if event.header is not None:  # what the journal's fold reads back: the stored bytes
+            event = LlmRequestRequested.model_validate_json(request.data)
+        folded = AgentContext.apply(
+            context,
+            # Never stored as such: the global position is the store's to give.
+            Envelope(event, request.meta, self.stream, offset, 0, request.type),
+        )
+        assert folded.header is not None and folded.request_time is not None
+        if planned is not None and planned.holds_for(folded):
+            neutral = retimed(planned.request, folded.request_time)
+        else:
+            neutral = build_request(folded, through=offset)
+        rendered = render_request(neutral, folded.header.transport)
+        # The turns through @version are those through @offset: a request is no turn record.
+        recorded = self._recorded(
+            offset, rendered, await manifest_at(self.journal, self.stream, version)
+        )
+        encoded = self.journal.encode(recorded, actor=AGENT, channels=())
+        try:
+            appended = await self.journal.append(
+                self.stream, [request, *encoded], expected_version=version, actor=AGENT
+            )
+        except WrongExpectedVersionError:
+            return None
+        self._saw(appended)
+        assert appended.first_position == offset
+        return offset, folded, neutral, rendered
+
+    @staticmethod
+    def _recorded(
+        offset: int, rendered: RenderedRequest, manifest: Manifest | None
+    ) -> RequestRecorded:
+        return RequestRecorded(
+            request_offset=offset,
+            transport=rendered.transport,
+            sha256=rendered.sha256,
+            size=len(rendered.body),
+            manifest=manifest,
+        )
 
     async def _retry(self, offset: int, appended_by: str | None, report: RunReport) -> None:
+        known = self._version_seen
         context = await self.journal.fold(AgentContext, self.stream)
         header = context.header if context.request_offset == offset else None
         reason = ""
@@ -151,10 +215,10 @@ class TurnSteps(CompactionSteps):
             # seal it and request anew, with this instance's header logged, so its
             # triggers are still answered.
             sealed = LlmRequestInterrupted(request_offset=offset, reason=reason)
-            await self.journal.append(self.stream, sealed, actor="agent")
+            self._saw(await self.journal.append(self.stream, sealed, actor=AGENT))
             report.interrupted.append(offset)
             await self._emit(RequestInterrupted(offset=offset))
-            await self._request(context, Decision("request", reason), report)
+            await self._request(context, Decision("request", reason), report, known)
             return
         await self._emit(RequestRetried(offset=offset))
         await self._send(offset, report)
@@ -176,18 +240,21 @@ class TurnSteps(CompactionSteps):
             assert state.header is not None
             neutral, transport = build_request(state), state.header.transport
         rendered = render_request(neutral, transport)
-        await self.journal.append(
-            self.stream,
-            RequestRecorded(
-                request_offset=offset,
-                transport=rendered.transport,
-                sha256=rendered.sha256,
-                size=len(rendered.body),
-                manifest=await manifest_at(self.journal, self.stream, offset),
-            ),
-            actor="agent",
-            channels=(),
-        )
+        manifest = await manifest_at(self.journal, self.stream, offset)
+        recorded = self._recorded(offset, rendered, manifest)
+        self._saw(await self.journal.append(self.stream, recorded, actor=AGENT, channels=()))
+        await self._deliver(offset, context, neutral, rendered, report)
+
+    async def _deliver(
+        self,
+        offset: int,
+        context: AgentContextState,
+        neutral: NeutralRequest,
+        rendered: RenderedRequest,
+        report: RunReport,
+    ) -> None:
+        """Send recorded request @offset and append the model's output; ``context``: the
+        context folded through the request (or further)."""
         report.requests.append(offset)
         await self._emit(RequestSent(offset=offset, rendered=rendered, neutral=neutral))
         # Observers opened rows for the request (a transcript): until its outcome is recorded
@@ -198,7 +265,7 @@ class TurnSteps(CompactionSteps):
                 report.interrupted.append(offset)
                 return
             # Its usage report is compacted, when over the threshold, by the loop's next step.
-            await self._record_output(offset, output)
+            await self._record_output(offset, output, context)
         except Exception as exc:
             await self._emit(RequestFailed(offset=offset, error=exc))
             raise
@@ -239,11 +306,10 @@ class TurnSteps(CompactionSteps):
         await _cancel(call)  # the provider call is over (its stream closed) before we go on
         interrupter = watch.result()
         assert interrupter is not None  # None only once answered
-        await self.journal.append(
-            self.stream,
-            LlmRequestInterrupted(request_offset=offset, reason=f"interrupted by @{interrupter}"),
-            actor="agent",
+        interrupted = LlmRequestInterrupted(
+            request_offset=offset, reason=f"interrupted by @{interrupter}"
         )
+        self._saw(await self.journal.append(self.stream, interrupted, actor=AGENT))
         await self._emit(RequestInterrupted(offset=offset, by=interrupter))
         return None
 
@@ -303,8 +369,11 @@ class TurnSteps(CompactionSteps):
                     return stored.position
         raise AssertionError("unreachable: subscribe never ends")
 
-    async def _record_output(self, offset: int, output: ModelOutput) -> None:
-        context = await self.journal.fold(AgentContext, self.stream)
+    async def _record_output(
+        self, offset: int, output: ModelOutput, context: AgentContextState
+    ) -> None:
+        """Append the output of request @offset; ``context``: the context through it, whose
+        calls the output's must not repeat (the agent's own calls are all in it)."""
         used = self._call_ids(context.history)
         kept, dropped = _split_calls(output.tool_calls)
         calls = _unique_calls(kept, used, offset)
@@ -326,9 +395,20 @@ class TurnSteps(CompactionSteps):
             stop_reason=output.finish_reason,
         )
         item = assistant_item(response)
-        await self.journal.append(self.stream, [response, item], actor="agent")
+        self._saw(await self.journal.append(self.stream, [response, item], actor=AGENT))
         recorded_output = replace(output, text=text, tool_calls=calls)
         await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
+
+
+def _seen_through(context: AgentContextState) -> int:
+    """The newest stream position ``context`` shows: its latest request, result record or
+    the last item of a lane (a slot settled in place may be newer: then the stream is taken
+    to be further than that, and the append at once finds it is not)."""
+    newest = [context.request_offset or 0]
+    newest += [lane[-1].offset for lane in (context.system, context.history) if lane]
+    if context.tool_result is not None:
+        newest.append(context.tool_result[0])
+    return max(newest)
 
 
 @dataclass(frozen=True, slots=True)
