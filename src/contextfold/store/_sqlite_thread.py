@@ -52,6 +52,7 @@ T = TypeVar("T")
 _SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
 _CHECKPOINT_EVERY = 256  # commits on the caller's thread between checkpoints on the worker
 _AUTOCHECKPOINT = 1000  # SQLite's default, in pages, for the worker's jobs
+_CHECKPOINT_WAIT = 0.1  # seconds a checkpoint waits for writers and readers, then copies less
 # An inline read gets this many calls of the progress handler, every _READ_STEPS VM steps:
 # about a hundred rows of a page, well under a millisecond of the event loop's time.
 _READ_STEPS = 1000
@@ -101,6 +102,7 @@ class SQLiteThread:
         self._what = what
         self._thread_name = thread_name
         self._synchronous = synchronous.upper()
+        self._inline_sync = self._synchronous in ("OFF", "NORMAL")  # a commit that never syncs
         self._busy_ms = int(busy_timeout * 1000)
         self._read_only = read_only
         self._required_table = required_table
@@ -115,6 +117,7 @@ class SQLiteThread:
         self._pending: list[_Write[Any]] = []
         self._inline_commits = 0
         self._checkpointer: sqlite3.Connection | None = None  # the worker's, see _checkpoint
+        self._checkpointing = False  # writes then queue for the worker (see _checkpoint)
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -243,7 +246,7 @@ class SQLiteThread:
         """Run ``fn`` on this thread when that cannot wait on anything: ``[value]``, or
         ``[]`` when it must go to the worker instead."""
         conn = self._conn
-        if conn is None or self._read_only or self._synchronous not in ("OFF", "NORMAL"):
+        if conn is None or self._checkpointing or self._read_only or not self._inline_sync:
             return []
         if not self._busy.acquire(blocking=False):
             return []
@@ -311,7 +314,13 @@ class SQLiteThread:
     def _checkpoint(self) -> None:
         """On the worker, beside the connection (which goes on meanwhile, on the caller's
         thread too): copy the WAL into the database file through a connection of its own to
-        the files the connection holds. Best effort: the next one tries again."""
+        the files the connection holds. Best effort: the next one tries again.
+
+        FULL, not PASSIVE: it holds writers back while it copies, so it copies the whole WAL
+        and the next write starts the WAL over. A PASSIVE one racing a steady stream of
+        appends never ends with nothing left to copy, and the WAL then grows without end,
+        every commit and page lookup slower for it. Meanwhile this process's appends queue
+        on this worker instead of taking the write lock the checkpoint waits for."""
         files = self._files.files
         if self._conn is None or self._read_only or not files or self._files.moved():
             return  # a moved file is settled through the connection that holds it
@@ -319,10 +328,15 @@ class SQLiteThread:
             if self._checkpointer is None:
                 # mode=rw: never creates a file, should the path name none after the check.
                 uri = Path(files[0][0]).as_uri() + "?mode=rw"
-                self._checkpointer = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                self._checkpointer = sqlite3.connect(
+                    uri, uri=True, timeout=_CHECKPOINT_WAIT, check_same_thread=False
+                )
+            self._checkpointing = True
+            self._checkpointer.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
         except sqlite3.Error:
             pass
+        finally:
+            self._checkpointing = False
 
     async def open(self) -> None:
         """Connect now rather than on the first statement."""
