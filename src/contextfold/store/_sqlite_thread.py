@@ -316,11 +316,12 @@ class SQLiteThread:
         thread too): copy the WAL into the database file through a connection of its own to
         the files the connection holds. Best effort: the next one tries again.
 
-        FULL, not PASSIVE: it holds writers back while it copies, so it copies the whole WAL
-        and the next write starts the WAL over. A PASSIVE one racing a steady stream of
-        appends never ends with nothing left to copy, and the WAL then grows without end,
-        every commit and page lookup slower for it. Meanwhile this process's appends queue
-        on this worker instead of taking the write lock the checkpoint waits for."""
+        PASSIVE copies the bulk while appends go on, then FULL the few frames appended
+        meanwhile, holding writers back: the whole WAL is copied and the next write starts
+        the WAL over. PASSIVE alone, racing a steady stream of appends, never ends with
+        nothing left to copy, and the WAL then grows without end, every commit and page
+        lookup slower for it. During the FULL one this process's appends queue on this
+        worker instead of taking the write lock it waits for."""
         files = self._files.files
         if self._conn is None or self._read_only or not files or self._files.moved():
             return  # a moved file is settled through the connection that holds it
@@ -331,8 +332,9 @@ class SQLiteThread:
                 self._checkpointer = sqlite3.connect(
                     uri, uri=True, timeout=_CHECKPOINT_WAIT, check_same_thread=False
                 )
+            self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # the bulk
             self._checkpointing = True
-            self._checkpointer.execute("PRAGMA wal_checkpoint(FULL)").fetchall()
+            self._checkpointer.execute("PRAGMA wal_checkpoint(FULL)").fetchall()  # the rest
         except sqlite3.Error:
             pass
         finally:
