@@ -11,9 +11,9 @@ forgotten). Every use runs under the connection's lock, on whichever thread hold
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Sequence
 
-from ..events import StoredEvent
+from ..events import NewEvent, StoredEvent
 
 __all__ = ["UNKNOWN", "Known"]
 
@@ -32,25 +32,25 @@ class Known:
     """Heads (``None`` for an empty stream) and ``latest`` results, per (namespace, stream),
     current as of the connection's last :meth:`current`."""
 
-    __slots__ = ("_conn", "_heads", "_latest", "_latest_count", "_version")
+    __slots__ = ("_cursor", "_heads", "_latest", "_latest_count", "_version")
 
     def __init__(self) -> None:
-        self._conn: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None
         self._version = -1
         self._heads: dict[tuple[str, str], str | None] = {}
         self._latest: dict[tuple[str, str], dict[LatestKey, tuple[StoredEvent, ...]]] = {}
         self._latest_count = 0
 
-    def current(self, conn: sqlite3.Connection) -> None:
+    def current(self, cursor: sqlite3.Cursor) -> None:
         """Forget everything when another connection committed since the last call (or
-        ``conn`` is another connection). One statement; raises sqlite3.Error as it does."""
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
-        if version != self._version or conn is not self._conn:
+        ``cursor`` is another connection's). One statement; raises sqlite3.Error as it does."""
+        version = cursor.execute("PRAGMA data_version").fetchone()[0]
+        if version != self._version or cursor is not self._cursor:
             self._heads.clear()
             self._latest.clear()
             self._latest_count = 0
             self._version = version
-            self._conn = conn
+            self._cursor = cursor
 
     def head(self, namespace: str, stream: str) -> str | None:
         """The known head cursor, None for a known empty stream, :data:`UNKNOWN` else."""
@@ -80,13 +80,13 @@ class Known:
         self._latest_count += key not in found
         found[key] = events
 
-    def appended(self, namespace: str, stream: str, head: str, types: Iterable[str]) -> None:
-        """This connection committed events of ``types`` to the stream, ``head`` the last:
-        the latest results of any of those types are no longer current."""
+    def appended(self, namespace: str, stream: str, head: str, events: Sequence[NewEvent]) -> None:
+        """This connection committed ``events`` to the stream, ``head`` the cursor of the
+        last: the latest results of any of their types are no longer current."""
         self.saw_head(namespace, stream, head)
         found = self._latest.get((namespace, stream))
         if found:
-            written = set(types)
+            written = {event.type for event in events}
             for key in [key for key in found if not written.isdisjoint(key[0])]:
                 del found[key]
                 self._latest_count -= 1

@@ -108,6 +108,7 @@ class SQLiteThread:
         self._required_table = required_table
         self._executor: ThreadPoolExecutor | None = None
         self._conn: sqlite3.Connection | None = None
+        self._cursor: sqlite3.Cursor | None = None  # the connection's, for every job
         self._closed = False
         self._files = OpenedFiles()
         # Held by whoever uses the connection: the worker for each job, or a write run on
@@ -123,6 +124,13 @@ class SQLiteThread:
     def connection(self) -> sqlite3.Connection | None:
         """The open connection, None before the first job; only for use on the worker."""
         return self._conn
+
+    @property
+    def cursor(self) -> sqlite3.Cursor:
+        """A cursor of the connection, for the statements of a job (only inside one): one
+        for all, instead of a new one per ``conn.execute``."""
+        assert self._cursor is not None, "no job holds the connection"
+        return self._cursor
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(conn)`` on the worker. Raises StoreUnavailableError when closed or when the
@@ -192,16 +200,22 @@ class SQLiteThread:
     def _guarded(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
             return fn(conn)
-        except StoreFileMovedError:
-            _rollback(conn)
+        except BaseException as exc:
+            raise self._failed(conn, exc)  # noqa: B904 - _failed names the cause itself
+
+    def _failed(self, conn: sqlite3.Connection, exc: BaseException) -> BaseException:
+        """Undo the transaction a failed job left; what to raise for ``exc``."""
+        _rollback(conn)
+        if isinstance(exc, StoreFileMovedError):
             _settle(conn)
-            raise
-        except sqlite3.Error as exc:
-            _rollback(conn)
-            raise StoreError(f"SQLite error on {self._what} at {self.url}: {exc}") from exc
-        except BaseException:
-            _rollback(conn)
-            raise
+        elif isinstance(exc, sqlite3.Error):
+            return self._store_error(exc)
+        return exc
+
+    def _store_error(self, exc: sqlite3.Error) -> StoreError:
+        failure = StoreError(f"SQLite error on {self._what} at {self.url}: {exc}")
+        failure.__cause__ = exc
+        return failure
 
     async def write(
         self,
@@ -215,9 +229,7 @@ class SQLiteThread:
         or moved file fails each of them (nothing is acknowledged). ``committed(value)``
         runs once the commit succeeded, still holding the connection. Raises as :meth:`run`.
         """
-        if self._closed:
-            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
-        here = self._write_here(fn, committed)
+        here = self.write_here(fn, committed)
         if here:
             return here[0]
         loop = asyncio.get_running_loop()
@@ -240,11 +252,15 @@ class SQLiteThread:
         for job in jobs:
             job.loop.call_soon_threadsafe(_resolve, job.future, [None, flushed.exception()])
 
-    def _write_here(
-        self, fn: Callable[[sqlite3.Connection], T], committed: Callable[[T], None] | None
+    def write_here(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        committed: Callable[[T], None] | None = None,
     ) -> list[T]:
-        """Run ``fn`` on this thread when that cannot wait on anything: ``[value]``, or
-        ``[]`` when it must go to the worker instead."""
+        """:meth:`write` on this thread when that cannot wait on anything: ``[value]``, or
+        ``[]`` when it must go to the worker (await :meth:`write` then). Raises as it."""
+        if self._closed:
+            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
         conn = self._conn
         if conn is None or self._checkpointing or self._read_only or not self._inline_sync:
             return []
@@ -253,20 +269,20 @@ class SQLiteThread:
         try:
             if self._pending:
                 return []  # queued writes keep their order
+            cursor = self._cursor
+            assert cursor is not None
             try:
-                conn.execute("BEGIN IMMEDIATE")  # resting: no busy wait
+                cursor.execute("BEGIN IMMEDIATE")  # resting: no busy wait
             except sqlite3.OperationalError:
                 return []  # another writer holds the lock: wait on the worker
-
-            def one(conn: sqlite3.Connection) -> T:
+            try:
                 value = fn(conn)
                 self.check_files()  # the last moment before the write is acknowledged
                 # Resting, the commit does not checkpoint (that syncs the database file):
                 # the worker does, every _CHECKPOINT_EVERY commits made here.
-                conn.execute("COMMIT")
-                return value
-
-            value = self._guarded(conn, one)
+                cursor.execute("COMMIT")
+            except BaseException as exc:
+                raise self._failed(conn, exc)  # noqa: B904 - _failed names the cause itself
             if committed is not None:
                 committed(value)
         finally:
@@ -302,10 +318,7 @@ class SQLiteThread:
                 job.outcome[:] = [job.fn(conn)]
             except Exception as exc:
                 conn.execute("ROLLBACK TO cf_write")
-                failure: BaseException = exc
-                if isinstance(exc, sqlite3.Error):
-                    failure = StoreError(f"SQLite error on {self._what} at {self.url}: {exc}")
-                    failure.__cause__ = exc
+                failure = self._store_error(exc) if isinstance(exc, sqlite3.Error) else exc
                 job.outcome[:] = [None, failure]
             conn.execute("RELEASE cf_write")
         self.check_files()  # the last moment before the writes are acknowledged
@@ -378,6 +391,7 @@ class SQLiteThread:
             if isinstance(exc, (sqlite3.Error, OSError)):
                 raise self._unavailable(exc) from exc
             raise
+        self._cursor = conn.cursor()
         self._conn = conn
         return conn
 
@@ -413,6 +427,7 @@ class SQLiteThread:
             if isinstance(exc, (sqlite3.Error, OSError)):
                 raise self._unavailable(exc) from exc
             raise
+        self._cursor = conn.cursor()
         self._conn = conn
         return conn
 
@@ -450,6 +465,7 @@ class SQLiteThread:
                 _settle(self._conn)
             self._conn.close()
             self._conn = None
+            self._cursor = None
 
 
 def _rest(conn: sqlite3.Connection) -> None:

@@ -98,6 +98,23 @@ _INSERT = (
 )
 
 
+def _row(namespace: str, stream: str, position: int, e: NewEvent) -> tuple[Any, ...]:
+    meta = e.meta
+    return (
+        namespace,
+        stream,
+        position,
+        e.type,
+        e.data,
+        meta.event_id,
+        meta.time,
+        meta.run_id,
+        meta.actor,
+        meta.idempotency_key,
+        _CHANNEL_SEP.join(meta.channels),
+    )
+
+
 class SQLiteStore(Store):
     """A store in one SQLite file (WAL). ``synchronous`` trades power-loss safety for speed:
     ``"NORMAL"`` (default) survives a killed process, ``"FULL"`` also a power cut.
@@ -147,44 +164,33 @@ class SQLiteStore(Store):
     ) -> AppendResult:
         digest = batch_digest(events) if idempotency_key is not None else ""
 
+        db = self._db
+
         def work(conn: sqlite3.Connection) -> AppendResult:
             # Inside the write transaction of SQLiteThread.write, which commits it.
+            cursor = db.cursor
             if idempotency_key is not None:
-                row = conn.execute(_SEEN, (namespace, stream, idempotency_key)).fetchone()
+                row = cursor.execute(_SEEN, (namespace, stream, idempotency_key)).fetchone()
                 if row is not None:
                     if row[0] != digest:
                         raise idempotency_conflict(stream, idempotency_key)
                     return AppendResult(stream, row[1], row[2], str(row[3]), deduplicated=True)
-            row = conn.execute(_VERSION, (namespace, stream)).fetchone()
+            row = cursor.execute(_VERSION, (namespace, stream)).fetchone()
             version = row[0] if row else 0
             if expected_version is not None and expected_version != version:
                 raise wrong_version(stream, expected_version, version)
-            rows = [
-                (
-                    namespace,
-                    stream,
-                    version + i,
-                    e.type,
-                    e.data,
-                    e.meta.event_id,
-                    e.meta.time,
-                    e.meta.run_id,
-                    e.meta.actor,
-                    e.meta.idempotency_key,
-                    _CHANNEL_SEP.join(e.meta.channels),
-                )
-                for i, e in enumerate(events, start=1)
-            ]
-            if len(rows) == 1:
+            if len(events) == 1:
                 # One row: its rowid comes with the insert, not from a last_insert_rowid().
-                last_global = conn.execute(_INSERT, rows[0]).lastrowid
+                cursor.execute(_INSERT, _row(namespace, stream, version + 1, events[0]))
+                last_global = cursor.lastrowid
             else:
-                conn.executemany(_INSERT, rows)
-                last_global = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
-            last = version + len(rows)
-            conn.execute(_BUMP, (namespace, stream, last))
+                rows = [_row(namespace, stream, version + i, e) for i, e in enumerate(events, 1)]
+                cursor.executemany(_INSERT, rows)
+                last_global = cursor.execute("SELECT last_insert_rowid()").fetchone()[0]
+            last = version + len(events)
+            cursor.execute(_BUMP, (namespace, stream, last))
             if idempotency_key is not None:
-                conn.execute(
+                cursor.execute(
                     "INSERT INTO cf_idempotency VALUES (?, ?, ?, ?, ?, ?, ?)",
                     (namespace, stream, idempotency_key, digest, version + 1, last, last_global),
                 )
@@ -192,9 +198,11 @@ class SQLiteStore(Store):
 
         def committed(result: AppendResult) -> None:
             if not result.deduplicated:
-                self._known.appended(namespace, stream, result.cursor, (e.type for e in events))
+                self._known.appended(namespace, stream, result.cursor, events)
 
-        result = await self._db.write(work, committed)
+        # On this thread when it cannot wait, without a coroutine of the thread's between.
+        here = db.write_here(work, committed)
+        result = here[0] if here else await db.write(work, committed)
         self.wakeups.notify(namespace, stream)
         return result
 
@@ -213,7 +221,7 @@ class SQLiteStore(Store):
         def work(conn: sqlite3.Connection) -> ReadResult:
             checked = known.head(namespace, stream) == after
             if checked:  # nothing new after the head, unless another connection committed
-                known.current(conn)
+                known.current(self._db.cursor)
                 if known.head(namespace, stream) == after:
                     return ReadResult((), after)
             start: int | None = 0
@@ -273,7 +281,7 @@ class SQLiteStore(Store):
         key = (tuple(types), bound, limit)
 
         def work(conn: sqlite3.Connection) -> tuple[StoredEvent, ...]:
-            known.current(conn)
+            known.current(self._db.cursor)
             found = known.latest(namespace, stream, key)
             if found is not None:
                 return found
@@ -312,10 +320,10 @@ class SQLiteStore(Store):
         known = self._known
 
         def work(conn: sqlite3.Connection) -> str | None:
-            known.current(conn)
+            known.current(self._db.cursor)
             head = known.head(namespace, stream)
             if head is UNKNOWN:
-                row = conn.execute(_HEAD, (namespace, stream)).fetchone()
+                row = self._db.cursor.execute(_HEAD, (namespace, stream)).fetchone()
                 head = str(row[0]) if row else None
                 known.saw_head(namespace, stream, head)
             return head
