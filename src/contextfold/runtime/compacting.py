@@ -12,6 +12,7 @@ attempts``) instead of paying a summary call on every turn.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from ..context.compaction import (
     MAX_COMPACTION_ATTEMPTS,
@@ -58,12 +59,10 @@ class CompactionSteps(MaterializingSteps):
 
         Raises CompactionError when it would be the third compaction in a row that leaves
         the next request over the threshold."""
-        if not sched.answered:
+        if not self._compaction_due(context, sched):
             return False
         picked = self._pick(sched.reports, context.compacted_through)
-        if picked is None or picked.request_offset in self._not_compactable:
-            return False
-        assert picked.usage is not None  # pick_compaction takes only measured reports
+        assert picked is not None and picked.usage is not None  # measured reports only
         attempt = self._attempt(
             context, picked.request_offset, picked.usage.input_tokens, picked.model
         )
@@ -72,6 +71,24 @@ class CompactionSteps(MaterializingSteps):
             return True
         self._not_compactable.add(picked.request_offset)
         return False
+
+    def _compaction_due(self, context: AgentContextState, sched: SchedulerState) -> bool:
+        """Whether the catch-up summarizes at a step from these states."""
+        if not sched.answered:
+            return False
+        picked = self._pick(sched.reports, context.compacted_through)
+        return picked is not None and picked.request_offset not in self._not_compactable
+
+    def _crosses(self, response: LlmResponse, compacted_through: int) -> bool:
+        """Whether the usage report of ``response`` would be picked for a catch-up (the
+        newest over the threshold): the reports before it were looked at already."""
+        picked = pick_compaction(
+            (response,),
+            threshold=self.compaction_threshold,
+            compacted_through=compacted_through,
+            window=self.context_window,
+        )
+        return picked is not None and picked.request_offset not in self._not_compactable
 
     def _pick(self, reports: tuple[LlmResponse, ...], compacted_through: int) -> LlmResponse | None:
         """``pick_compaction`` of ``reports``, picking only among the reports after those of
@@ -94,15 +111,21 @@ class CompactionSteps(MaterializingSteps):
         return best
 
     async def _relieve_pressure(
-        self, context: AgentContextState, header: RequestHeader, report: RunReport, known: int
+        self,
+        context: AgentContextState,
+        header: RequestHeader,
+        report: RunReport,
+        known: int,
+        before: Callable[[], Awaitable[None]] | None = None,
     ) -> tuple[AgentContextState, NeutralRequest | None, int]:
         """The pressure gate before a request goes out: estimate it with ``header``
         (session prefix included: a new instance's prefix may have grown) and, when it
-        crosses the threshold, summarize the previous request first. Returns the context
-        the request is built from, the request estimated from that context (None when
-        there was none to estimate, or a compaction changed the context), and the newest
-        version known before that context was read (``known``, for the context given).
-        Raises CompactionError like the catch-up."""
+        crosses the threshold, summarize the previous request first (``before`` awaited
+        ahead of that). Returns the context the request is built from, the request
+        estimated from that context (None when there was none to estimate, or a
+        compaction changed the context), and the newest version known before that
+        context was read (``known``, for the context given). Raises CompactionError like
+        the catch-up."""
         previous = context.request_offset
         if previous is None or previous <= context.compacted_through:
             return context, None, known
@@ -111,6 +134,8 @@ class CompactionSteps(MaterializingSteps):
             return context, request, known
         # Measured like the request about to go: an estimate of previous's own body.
         attempt = self._attempt(context, previous, _estimate_of(context), header.model)
+        if before is not None:
+            await before()
         if await self._compact(previous, report, attempt=attempt):
             known = self._version_seen
             return await self.journal.fold(AgentContext, self.stream), None, known

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from .._aio import CancelWatch
@@ -25,12 +25,15 @@ from ..context.state import SYSTEM_PROMPT_KEY
 from ..errors import InvalidInputError, ModelError
 from ..journal import Journal
 from ..render.prefix import SessionPrefix
+from ..wire import ToolCall
+from .carried import RequestDue, ToolsStarted, folded_ahead, seen_through
 from .clients import ModelClient
 from .events import AgentObserver, LoopCancelled, LoopHalted
 from .instance import RunReport, Status
+from .materializing import _position
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
 from .spans import LoopSpans
-from .tool_runs import InterruptedToolPolicy, run_calls
+from .tool_runs import HeldResult, InterruptedToolPolicy, run_calls
 from .tools import Toolbox
 from .turn import TurnSteps, _finish
 
@@ -129,15 +132,47 @@ class Agent(TurnSteps):
         spans = self._spans
         if spans is not None:
             spans.start_turn()
+        self._carried = None
+        left = max_steps
+
+        def next_runs() -> bool:  # whether a step after the one in progress will run
+            return self._ahead and left > 0 and not (stop is not None and stop.is_set())
+
         try:
-            for _ in range(max_steps):
+            while left > 0:
+                carried = self._carried
+                if isinstance(carried, ToolsStarted):
+                    # Its first call is recorded as started: the step is under way.
+                    self._carried = None
+                    left -= 1
+                    report.steps += 1
+                    await self._run_tools(carried.calls, (), report, next_runs, carried.recorded)
+                    continue
                 if stop is not None and stop.is_set():
+                    await self._flush_carried()
                     report.reason = "stop requested"
                     break
+                if carried is not None:
+                    self._cancel.check()
+                    self._carried = None  # the request takes the held result on
+                    self._set_status("busy")
+                    left -= 1
+                    self._next_runs = next_runs
+                    try:
+                        sent = await self._request(
+                            carried.context, carried.decision, report, carried.version, carried
+                        )
+                    finally:
+                        self._next_runs = None
+                    if sent:
+                        report.steps += 1
+                        continue
+                    left += 1  # the stream moved on (the held result is appended): look again
                 known = self._version_seen  # the states hold everything through it
                 context = await self.journal.fold(AgentContext, self.stream)
                 sched = await self.journal.fold(Scheduler, self.stream)
                 self._cancel.check()
+                left -= 1
                 if await self._catch_up_compaction(context, sched, report):
                     report.steps += 1
                     continue
@@ -165,28 +200,24 @@ class Agent(TurnSteps):
                     report.status, report.reason = "stopped", decision.reason
                     break
                 if decision.action == "run-tools":
-                    runs = await run_calls(
-                        self.journal,
-                        self.stream,
-                        self.toolbox,
-                        sched.outstanding,
-                        started=sched.started,
-                        policy=self.on_interrupted_tool,
-                        emit=self._emit,
-                        content_limit=self.content_limit,
-                    )
-                    report.tool_calls += runs.answered
-                    report.not_rerun.extend(runs.not_rerun)
-                    self._version_seen = max(self._version_seen, runs.version)
+                    await self._run_tools(sched.outstanding, sched.started, report, next_runs)
                 elif decision.action == "retry":
                     assert sched.last_request is not None
                     await self._retry(sched.last_request, sched.request_actor, report)
                 else:
-                    await self._request(context, decision, report, known)
+                    self._next_runs = next_runs
+                    try:
+                        await self._request(context, decision, report, known)
+                    finally:
+                        self._next_runs = None
         except asyncio.CancelledError:
             # A shutdown, maybe while tools run: observers close what they still hold open
             # (a request's own rows are closed where it is sent).
+            await _finish(self._flush_carried())
             await _finish(self._emit(LoopCancelled()))
+            raise
+        except Exception:
+            await _finish(self._flush_carried())
             raise
         finally:
             # Never left "busy": after an error the report's status is still "idle".
@@ -194,6 +225,70 @@ class Agent(TurnSteps):
             if spans is not None:
                 spans.end_turn(report.status, report.reason)
         return report
+
+    async def _run_tools(
+        self,
+        calls: tuple[ToolCall, ...],
+        started: tuple[str, ...],
+        report: RunReport,
+        next_runs: Callable[[], bool],
+        recorded: str | None = None,
+    ) -> None:
+        """Run ``calls`` (``recorded``: the first one's start is recorded already). When the
+        next step is the request after them, the last result is held for its append."""
+        hold = next_runs()
+        runs = await run_calls(
+            self.journal,
+            self.stream,
+            self.toolbox,
+            calls,
+            started=started,
+            policy=self.on_interrupted_tool,
+            emit=self._emit,
+            content_limit=self.content_limit,
+            recorded=recorded,
+            hold_last=hold,
+        )
+        report.tool_calls += runs.answered
+        report.not_rerun.extend(runs.not_rerun)
+        self._version_seen = max(self._version_seen, runs.version)
+        if runs.held is not None:
+            try:
+                self._carried = await self._request_due(runs.held, next_runs)
+            except BaseException:
+                await _finish(self._flush(runs.held))
+                raise
+            if self._carried is None:
+                await self._flush(runs.held)
+
+    async def _request_due(
+        self, held: HeldResult, next_runs: Callable[[], bool]
+    ) -> RequestDue | None:
+        """The next step from the journal and ``held`` folded ahead, when it is a request
+        the held result can go out with (nothing else comes first); else None."""
+        known = self._version_seen  # the states hold everything through it
+        context = await self.journal.fold(AgentContext, self.stream)
+        sched = await self.journal.fold(Scheduler, self.stream)
+        version = max(known, seen_through(context))
+        first = version + 1
+        context = folded_ahead(AgentContext, context, held.events, self.stream, first)
+        sched = folded_ahead(Scheduler, sched, held.events, self.stream, first)
+        if (
+            not next_runs()
+            or self._compaction_due(context, sched)
+            or self._materialization_due(_position(context))
+        ):
+            return None
+        decision = decide(sched, context, self.budgets)
+        if decision.action != "request":
+            return None
+        return RequestDue(context, sched, decision, held, version)
+
+    async def _flush_carried(self) -> None:
+        """Append what a step held back for the next one, which will not come."""
+        carried, self._carried = self._carried, None
+        if isinstance(carried, RequestDue):
+            await self._flush(carried.held)
 
     async def serve(self, *, poll_interval: float = 0.05) -> None:
         """Run forever: run until idle, then sleep until anything is appended to the stream.

@@ -118,14 +118,22 @@ class MaterializingSteps(AgentInstance):
             self._version_seen = appended.last_position
         return appended
 
+    def _materialization_due(self, position: int) -> bool:
+        """Whether a context seen through ``position`` may be due (True also while the
+        newest materialization is still to be looked up)."""
+        if position < self.materialize_every:
+            return False  # not due, wherever the newest materialization is: no look-up
+        done = self._materialized_at
+        return done is None or position - done >= self.materialize_every
+
     async def _materialize_if_due(self, context: AgentContextState) -> bool:
         """Materialize when the context has seen :attr:`materialize_every` positions since
         the newest materialization; True when it did (the states read before are behind
         its events). A chunk or state that cannot be stored is logged, not raised: it only
         costs the next instance a longer first read."""
         position = _position(context)
-        if position < self.materialize_every:
-            return False  # not due, wherever the newest materialization is: no look-up
+        if not self._materialization_due(position):
+            return False
         if self._materialized_at is None:
             found = await self.journal.latest(self.stream, [ContextMaterialized])
             self._materialized_at = found[0].position if found else 0

@@ -137,6 +137,21 @@ class Tool:
             name=self.name, description=self.description, parameters=schema
         )
 
+    def refusal(self, call: ToolCall) -> ToolOutcome | None:
+        """The error outcome of ``call`` when its arguments do not validate (the function
+        would not run), else None."""
+        args = self._validated(call)
+        return args if isinstance(args, ToolOutcome) else None
+
+    def _validated(self, call: ToolCall) -> BaseModel | ToolOutcome:
+        try:
+            raw = json.loads(call.arguments) if call.arguments.strip() else {}
+            return self.arguments.model_validate(raw)
+        except (ValueError, ValidationError) as exc:
+            return ToolOutcome(
+                call.id, self.name, f"invalid arguments for {self.name}: {exc}", True
+            )
+
     async def call(
         self,
         call: ToolCall,
@@ -150,13 +165,9 @@ class Tool:
         runs (the agent records that the call started); what it raises propagates and the
         function does not run. ``context`` defaults to one without a stream.
         """
-        try:
-            raw = json.loads(call.arguments) if call.arguments.strip() else {}
-            args = self.arguments.model_validate(raw)
-        except (ValueError, ValidationError) as exc:
-            return ToolOutcome(
-                call.id, self.name, f"invalid arguments for {self.name}: {exc}", True
-            )
+        args = self._validated(call)
+        if isinstance(args, ToolOutcome):
+            return args
         kwargs = {k: getattr(args, k) for k in type(args).model_fields}
         if self.context_parameter is not None:
             kwargs[self.context_parameter] = context or ToolContext(call.id, self.name)
@@ -242,6 +253,12 @@ class Toolbox:
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
+
+    def starts(self, call: ToolCall) -> bool:
+        """Whether :meth:`call` would run the call's function (its ``on_start`` awaited
+        first): its tool is known and its arguments are valid."""
+        found = self._tools.get(call.name)
+        return found is not None and found.refusal(call) is None
 
     async def call(
         self,

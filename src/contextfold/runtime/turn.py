@@ -7,8 +7,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -20,6 +20,7 @@ from ..context.events import (
     LlmRequestRequested,
     LlmResponse,
     RequestHeader,
+    ToolCallStarted,
     assistant_item,
 )
 from ..context.manifest import Manifest
@@ -32,6 +33,7 @@ from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVersionError
 from ..events import Envelope, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
+from .carried import Carried, Planned, RequestDue, ToolsStarted, seen_through
 from .compacting import CompactionSteps
 from .events import (
     DeltaReceived,
@@ -42,7 +44,8 @@ from .events import (
     ResponseRecorded,
 )
 from .instance import RunReport
-from .scheduling import AGENT, Decision, behaviour_of
+from .scheduling import AGENT, TOOL_WRITER, Decision, behaviour_of
+from .tool_runs import HeldResult
 
 __all__ = ["TurnSteps"]
 
@@ -63,6 +66,14 @@ class TurnSteps(CompactionSteps):
     _calls_seen: tuple[tuple[ContextItem, ...], frozenset[str]] | None = None
     # The newest header and what it was made of.
     _header_made: tuple[tuple[object, ...], RequestHeader] | None = None
+    # Set by the loop around a fresh request step: whether the step after it will run
+    # (steps left, no stop asked). None: the step may not carry into the next.
+    _next_runs: Callable[[], bool] | None = None
+    # What the step just taken leaves the next one (see ``carried``).
+    _carried: Carried | None = None
+    # False: every event goes out in its own step's append, none ahead (the journal is the
+    # same either way: a test compares the two).
+    _ahead: bool = True
 
     def _call_ids(self, history: tuple[ContextItem, ...]) -> frozenset[str]:
         """Every tool call id in ``history``, collected from the items after those of the
@@ -114,42 +125,86 @@ class TurnSteps(CompactionSteps):
         return header
 
     async def _request(
-        self, context: AgentContextState, decision: Decision, report: RunReport, known: int
-    ) -> None:
+        self,
+        context: AgentContextState,
+        decision: Decision,
+        report: RunReport,
+        known: int,
+        due: RequestDue | None = None,
+    ) -> bool:
         """Request from ``context`` as ``decision`` says; ``known``: the newest stream
-        version the agent knew before ``context`` was read (it holds everything through
-        it)."""
-        header = await self._header(context)
-        # The pressure gate; what it estimated is what goes out, but for the tail's time.
-        context, estimated, known = await self._relieve_pressure(context, header, report, known)
-        # An unchanged header is logged once: later requests carry None and reuse it.
-        logged = None if context.header == header else header
-        event = LlmRequestRequested(header=logged, reason=decision.reason)
-        planned = None if estimated is None else _Planned(context, header, estimated)
-        version = max(known, _seen_through(context))
-        sending = await self._record_at_once(context, event, planned, version)
+        version the agent knew before ``context`` was read (the context holds everything
+        through it). ``due``: what the previous step left (the states it folded ahead and
+        the tool result it held back, which goes first in the request's append). False,
+        with the held result appended, when the stream moved on meanwhile: the step is to
+        be looked at again from the journal."""
+        held = None if due is None else due.held
+        try:
+            header = await self._header(context)
+
+            async def flush() -> None:
+                nonlocal held
+                if held is not None:
+                    await self._flush(held)
+                    held = None
+
+            # The pressure gate; what it estimated goes out, but for the tail's time. A
+            # summary it appends comes after the held result, as it would on its own.
+            context, estimated, known = await self._relieve_pressure(
+                context, header, report, known, flush
+            )
+            # An unchanged header is logged once: later requests carry None and reuse it.
+            logged = None if context.header == header else header
+            event = LlmRequestRequested(header=logged, reason=decision.reason)
+            planned = None if estimated is None else Planned(context, header, estimated)
+            if due is not None and held is not None:
+                version = due.version  # the held result's folded-ahead place
+            else:
+                version = max(known, seen_through(context))
+            sending = None
+            if self._ahead:
+                sending = await self._record_at_once(context, event, planned, version, held)
+            if sending is not None:
+                if held is not None:
+                    finished, held = held.finished, None
+                    await self._emit(finished)
+            elif held is not None:
+                await flush()  # decided on states the stream has moved past: look again
+                return False
+        except BaseException:
+            if held is not None:  # a result recorded before the failure, as on its own
+                await _finish(self._flush(held))
+            raise
         if sending is None:  # the stream moved on meanwhile: the request, then its record
             appended = self._saw(await self.journal.append(self.stream, event, actor=AGENT))
             await self._send(appended.first_position, report, planned)
-            return
+            return True
         await self._deliver(*sending, report)
+        return True
+
+    async def _flush(self, held: HeldResult) -> None:
+        """Append a held tool result on its own and tell the observers."""
+        self._saw(await self.journal.append(self.stream, held.events, actor=TOOL_WRITER))
+        await self._emit(held.finished)
 
     async def _record_at_once(
         self,
         context: AgentContextState,
         event: LlmRequestRequested,
-        planned: _Planned | None,
+        planned: Planned | None,
         version: int,
+        held: HeldResult | None = None,
     ) -> tuple[int, AgentContextState, NeutralRequest, RenderedRequest] | None:
         """Append the request and its record in one append, expecting the stream at
         ``version``: where ``context`` is current, when the stream is still there. The
         record's body is rendered from ``context`` with the request folded in (not stored
-        yet), so it is what the journal gives after it. Returns (offset, context through
-        the request, request, body); None, with nothing stored, when the stream is not at
-        ``version`` (another writer appended, or ``context`` is further: the agent knew
-        less)."""
+        yet), so it is what the journal gives after it. ``held`` goes first (``context``
+        includes it). Returns (offset, context through the request, request, body); None,
+        with nothing stored, when the stream is not at ``version`` (another writer
+        appended, or ``context`` is further: the agent knew less)."""
+        ahead = () if held is None else held.events
         [request] = self.journal.encode(event, actor=AGENT)
-        offset = version + 1
+        offset = version + len(ahead) + 1
         if event.header is not None:  # what the journal's fold reads back: the stored bytes
             event = LlmRequestRequested.model_validate_json(request.data)
         folded = AgentContext.apply(
@@ -163,19 +218,20 @@ class TurnSteps(CompactionSteps):
         else:
             neutral = build_request(folded, through=offset)
         rendered = render_request(neutral, folded.header.transport)
-        # The turns through @version are those through @offset: a request is no turn record.
+        # The turns through @version are those through @offset: neither a tool result
+        # nor a request is a turn record, nor answers one.
         recorded = self._recorded(
             offset, rendered, await manifest_at(self.journal, self.stream, version)
         )
         encoded = self.journal.encode(recorded, actor=AGENT, channels=())
         try:
             appended = await self.journal.append(
-                self.stream, [request, *encoded], expected_version=version, actor=AGENT
+                self.stream, [*ahead, request, *encoded], expected_version=version, actor=AGENT
             )
         except WrongExpectedVersionError:
             return None
         self._saw(appended)
-        assert appended.first_position == offset
+        assert appended.first_position == version + 1
         return offset, folded, neutral, rendered
 
     @staticmethod
@@ -223,7 +279,7 @@ class TurnSteps(CompactionSteps):
         await self._emit(RequestRetried(offset=offset))
         await self._send(offset, report)
 
-    async def _send(self, offset: int, report: RunReport, planned: _Planned | None = None) -> None:
+    async def _send(self, offset: int, report: RunReport, planned: Planned | None = None) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
         neutral: NeutralRequest | None = None
         if context.request_offset == offset and context.header is not None:
@@ -395,41 +451,41 @@ class TurnSteps(CompactionSteps):
             stop_reason=output.finish_reason,
         )
         item = assistant_item(response)
-        self._saw(await self.journal.append(self.stream, [response, item], actor=AGENT))
+        await self._append_output(response, item, context)
         recorded_output = replace(output, text=text, tool_calls=calls)
         await self._emit(ResponseRecorded(offset=offset, output=recorded_output))
 
-
-def _seen_through(context: AgentContextState) -> int:
-    """The newest stream position ``context`` shows: its latest request, result record or
-    the last item of a lane (a slot settled in place may be newer: then the stream is taken
-    to be further than that, and the append at once finds it is not)."""
-    newest = [context.request_offset or 0]
-    newest += [lane[-1].offset for lane in (context.system, context.history) if lane]
-    if context.tool_result is not None:
-        newest.append(context.tool_result[0])
-    return max(newest)
-
-
-@dataclass(frozen=True, slots=True)
-class _Planned:
-    """The request the pressure gate estimated: built from ``context`` with ``header``, and
-    timed at the previous request."""
-
-    context: AgentContextState
-    header: RequestHeader
-    request: NeutralRequest
-
-    def holds_for(self, folded: AgentContextState) -> bool:
-        """Whether ``folded``, the context through the request event, holds what the plan
-        was built from: the same lanes (states share unchanged tuples, so nothing was added
-        in between) and header. Then the request is the plan, timed at the request."""
-        return (
-            folded.system is self.context.system
-            and folded.history is self.context.history
-            and folded.header == self.header
-            and self.context.request_time is not None  # the plan has a tail to retime
-        )
+    async def _append_output(
+        self, response: LlmResponse, item: ContextAdded, context: AgentContextState
+    ) -> None:
+        """Append the response and its item; with the start of its first call when the next
+        step is to run its calls, and then it does (:class:`ToolsStarted`)."""
+        calls = response.tool_calls
+        version = self._version_seen
+        go_on = self._next_runs
+        if (
+            not calls
+            or go_on is None
+            or not go_on()
+            or not self.toolbox.starts(calls[0])
+            or self._crosses(response, context.compacted_through)
+            # The item lands at @version + 2: the context is seen through it then.
+            or self._materialization_due(version + 2)
+        ):
+            self._saw(await self.journal.append(self.stream, [response, item], actor=AGENT))
+            return
+        events = self.journal.encode([response, item], actor=AGENT)
+        start = ToolCallStarted(tool_call_id=calls[0].id, name=calls[0].name)
+        started = self.journal.encode(start, actor=AGENT)
+        try:
+            appended = await self.journal.append(
+                self.stream, [*events, *started], expected_version=version, actor=AGENT
+            )
+        except WrongExpectedVersionError:  # another writer meanwhile: the response alone
+            self._saw(await self.journal.append(self.stream, events, actor=AGENT))
+            return
+        self._saw(appended)
+        self._carried = ToolsStarted(calls)
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:
