@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import contextfold as cf
 from contextfold.errors import InvalidInputError, PayloadError
 from contextfold.events import EventMeta, NewEvent
-from contextfold.journal import Journal
+from contextfold.journal import Journal, encode
 from contextfold.store.base import Store
 from contextfold.store.memory import MemoryStore
 from contextfold.testing import EPOCH, FixedClock, RecordingStore, counter_ids
@@ -168,3 +168,26 @@ async def test_a_batch_of_encoded_events_reads_no_clock() -> None:
     assert len(readings) == 1
     await journal.append("s", [*journal.encode(Note(text="c")), Note(text="d")])
     assert len(readings) == 3
+
+
+async def test_what_the_journal_encoded_is_not_checked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its own encoding checked it: only an encoded event made elsewhere is checked (its
+    bytes parsed) as an append takes it."""
+    checked: list[int] = []
+    check = encode._encoded
+
+    def counting(index: int, *args: Any) -> NewEvent:
+        checked.append(index)
+        return check(index, *args)
+
+    monkeypatch.setattr(encode, "_encoded", counting)
+    journal = _journal()
+    made = journal.encode([Note(text="a"), Note(text="b")])
+    elsewhere = NewEvent(made[0].type, made[0].data, made[0].meta._replace(event_id="own-1"))
+    await journal.append("s", [*made, elsewhere], idempotency_key="k")
+    assert checked == [2]
+    stored = (await journal.read("s")).events
+    assert [e.meta.idempotency_key for e in stored] == ["k"] * 3
+    assert [e.meta.event_id for e in stored] == ["ev-1", "ev-2", "own-1"]

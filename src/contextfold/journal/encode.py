@@ -257,7 +257,13 @@ def encode_events(
     time: str | None = None
     prepared: list[NewEvent] = []
     for index, event in enumerate(events):
-        if type(event) is NewEvent:
+        # Made here: checked already, but for the size (another journal's limit may be higher).
+        if type(event) is _Encoded and len(event.data) <= max_payload_bytes:
+            if event.meta.idempotency_key != idempotency_key:
+                event = _rekeyed(event, idempotency_key)
+            prepared.append(event)
+            continue
+        if isinstance(event, NewEvent):
             prepared.append(_encoded(index, event, max_payload_bytes, idempotency_key))
             continue
         if time is None:  # one reading for the batch, as it encodes its first event
@@ -309,8 +315,19 @@ def encode_events(
             )
         # tuple.__new__, not the named tuples' own __new__: one Python call less each.
         meta = _make(EventMeta, (event_id, time, run_id, actor, idempotency_key, chans))
-        prepared.append(_make(NewEvent, (type_name, data, meta)))
+        prepared.append(_make(_Encoded, (type_name, data, meta)))
     return prepared
+
+
+class _Encoded(NewEvent):
+    """A :class:`NewEvent` :func:`encode_events` made: an append takes it unchecked."""
+
+    __slots__ = ()
+
+
+def _rekeyed(event: NewEvent, idempotency_key: str | None) -> NewEvent:
+    meta = event.meta._replace(idempotency_key=idempotency_key)
+    return _make(_Encoded, (event.type, event.data, meta))
 
 
 def _encoded(
