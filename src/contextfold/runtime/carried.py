@@ -103,9 +103,11 @@ class Planned:
         """Whether ``folded``, the context through the request event, holds what the plan
         was built from: the same lanes (states share unchanged tuples, so nothing was added
         in between) and header. Then the request is the plan, timed at the request."""
+        # The same header object: the request logged none, as it was equal to the plan's.
+        same = folded.header is self.context.header or folded.header == self.header
         return (
             folded.system is self.context.system
             and folded.history is self.context.history
-            and folded.header == self.header
+            and same
             and self.context.request_time is not None  # the plan has a tail to retime
         )

@@ -66,6 +66,8 @@ class TurnSteps(CompactionSteps):
     _calls_seen: tuple[tuple[ContextItem, ...], frozenset[str]] | None = None
     # The newest header and what it was made of.
     _header_made: tuple[tuple[object, ...], RequestHeader] | None = None
+    # The context's latest header and the one made, the last time they were equal.
+    _same_headers: tuple[RequestHeader | None, RequestHeader] | None = None
     # Set by the loop around a fresh request step: whether the step after it will run
     # (steps left, no stop asked). None: the step may not carry into the next.
     _next_runs: Callable[[], bool] | None = None
@@ -88,6 +90,17 @@ class TurnSteps(CompactionSteps):
             ids = ids | added
         self._calls_seen = (history, ids)
         return ids
+
+    def _logged(self, latest: RequestHeader | None, header: RequestHeader) -> RequestHeader | None:
+        """``header`` when a request logs it (``latest``, the context's, differs), else None;
+        told for the same two header objects once."""
+        seen = self._same_headers
+        if seen is not None and seen[0] is latest and seen[1] is header:
+            return None
+        if latest != header:
+            return header
+        self._same_headers = (latest, header)
+        return None
 
     async def _header(self, context: AgentContextState) -> RequestHeader:
         """The header of a request made now: the previous one while nothing it is made from
@@ -154,7 +167,7 @@ class TurnSteps(CompactionSteps):
                 context, header, report, known, flush
             )
             # An unchanged header is logged once: later requests carry None and reuse it.
-            logged = None if context.header == header else header
+            logged = self._logged(context.header, header)
             event = LlmRequestRequested(header=logged, reason=decision.reason)
             planned = None if estimated is None else Planned(context, header, estimated)
             if due is not None and held is not None:
