@@ -11,9 +11,10 @@ PostgreSQL: the same server), interleaved and repeated, and the median times are
 
 The raw appends do what a hand-written store needs to produce the same rows: encode the payload
 with orjson, make an event id and a time, lock/read the stream version, insert, bump the
-version, commit. On PostgreSQL they use the best plain-driver shape (one autocommit statement,
-one multi-row ``INSERT ... SELECT FROM unnest``), so the ratio is the library's own overhead,
-not a difference of SQL strategy. Ratio = library time / raw time. Usage::
+version, commit. Each uses the best plain-driver shape, the store's own: on SQLite a one-event
+append takes its rowid from the insert (no ``last_insert_rowid()`` round trip); on PostgreSQL
+one autocommit statement, one multi-row ``INSERT ... SELECT FROM unnest``. So the ratio is the
+library's own overhead, not a difference of SQL strategy. Ratio = library time / raw time. Usage::
 
     python benchmarks/journal.py [--backend sqlite|postgres|all] [--repeats N] [--profile]
 
@@ -126,33 +127,39 @@ class RawSQLite:
             (NAMESPACE, stream),
         ).fetchone()
         version = row[0] if row else 0
-        conn.executemany(
+        rows = [
+            (
+                NAMESPACE,
+                stream,
+                version + i,
+                EVENT_TYPE,
+                orjson.dumps(p),
+                uuid.uuid4().hex,
+                now,
+                None,
+                None,
+                None,
+                "main",
+            )
+            for i, p in enumerate(payloads, start=1)
+        ]
+        insert = (
             "INSERT INTO raw_events (namespace, stream, position, type, data, event_id, time,"
-            " run_id, actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    NAMESPACE,
-                    stream,
-                    version + i,
-                    EVENT_TYPE,
-                    orjson.dumps(p),
-                    uuid.uuid4().hex,
-                    now,
-                    None,
-                    None,
-                    None,
-                    "main",
-                )
-                for i, p in enumerate(payloads, start=1)
-            ],
+            " run_id, actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
-        last_global: int = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+        last_global: int | None
+        if len(rows) == 1:  # one row: its rowid comes with the insert (the store's shape)
+            last_global = conn.execute(insert, rows[0]).lastrowid
+        else:
+            conn.executemany(insert, rows)
+            last_global = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
         conn.execute(
             "INSERT INTO raw_streams VALUES (?, ?, ?)"
             " ON CONFLICT (namespace, stream) DO UPDATE SET version = excluded.version",
             (NAMESPACE, stream, version + len(payloads)),
         )
         conn.execute("COMMIT")
+        assert last_global is not None
         return last_global
 
     def read(self, stream: str) -> int:
