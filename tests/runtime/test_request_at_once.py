@@ -51,7 +51,7 @@ async def test_a_request_and_its_record_are_one_append() -> None:
     for offset in report.requests:
         request, record = stored[offset - 1], stored[offset]
         assert request.type == LlmRequestRequested.event_type
-        assert record.decode(RequestRecorded).request_offset == offset
+        assert RequestRecorded.model_validate_json(record.data).request_offset == offset
         assert (request.meta.actor, request.meta.channels) == ("agent", ("main",))
         assert (record.meta.actor, record.meta.channels) == ("agent", ())
         assert request.meta.time < record.meta.time  # a clock reading each, as apart
