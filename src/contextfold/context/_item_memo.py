@@ -58,8 +58,9 @@ def memo_of(item: object) -> ItemMemo:
     return memo
 
 
-def _drop(memo: ItemMemo) -> None:
+def _drop(memo: ItemMemo, memos: dict[int, ItemMemo] = _MEMOS) -> None:
     # Called while the item is collected, before its id can be reused; a memo made later
-    # for the same id (the same item, by a racing thread) is kept.
-    if _MEMOS.get(memo.key) is memo:
-        _MEMOS.pop(memo.key, None)
+    # for the same id (the same item, by a racing thread) is kept. The table is bound here:
+    # items collected at interpreter exit outlive the module's globals.
+    if memos.get(memo.key) is memo:
+        memos.pop(memo.key, None)
