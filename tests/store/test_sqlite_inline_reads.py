@@ -150,12 +150,12 @@ def test_inline_and_worker_reads_give_the_same_pages(
 
 async def _on_worker(store: SQLiteStore, cursor: str | None) -> ReadResult:
     """The same read with the inline path closed off (the worker answers)."""
-    here = store._db._read_here
-    store._db._read_here = lambda fn: (False, None)  # type: ignore[method-assign]
+    here = store._db.read_here
+    store._db.read_here = lambda fn: []  # type: ignore[method-assign]
     try:
         return await store.read("default", "s", after=cursor, types=None, limit=None)
     finally:
-        store._db._read_here = here  # type: ignore[method-assign]
+        store._db.read_here = here  # type: ignore[method-assign]
 
 
 async def test_the_connection_rests_without_waits_and_the_worker_checkpoints(

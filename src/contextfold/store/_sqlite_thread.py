@@ -119,6 +119,7 @@ class SQLiteThread:
         self._inline_commits = 0
         self._checkpointer: sqlite3.Connection | None = None  # the worker's, see _checkpoint
         self._checkpointing = False  # writes then queue for the worker (see _checkpoint)
+        self._budget = -1  # progress-handler calls an inline read has left; -1: no budget
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -159,43 +160,45 @@ class SQLiteThread:
         """``fn(conn)`` for a job that only reads: on this thread when it is short and cannot
         wait (see the module), else on the worker. ``fn`` may run twice (the first attempt
         undone), so it must not write. Raises as :meth:`run`."""
-        if self._closed:
-            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
-        done, result = self._read_here(fn)
-        if done:
-            return result  # type: ignore[return-value]
+        here = self.read_here(fn)
+        if here:
+            return here[0]
         return await self.run(fn)
 
-    def _read_here(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T | None]:
-        """Run the read ``fn`` on this thread within the step budget; (False, None) when it
-        must go to the worker instead (busy, queued writes, a lock, a long read)."""
+    def read_here(self, fn: Callable[[sqlite3.Connection], T]) -> list[T]:
+        """:meth:`read` on this thread within the step budget: ``[value]``, or ``[]`` when
+        it must go to the worker instead (busy, queued writes, a lock, a long read: await
+        :meth:`run` then). Raises as :meth:`read`."""
+        if self._closed:
+            raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
         conn = self._conn
         if conn is None or not self._busy.acquire(blocking=False):
-            return False, None
+            return []
         try:
             if self._pending:
-                return False, None  # a read after a queued write sees it, as on the worker
-            calls = 0
-
-            def budget() -> bool:
-                nonlocal calls
-                calls += 1
-                return calls > _READ_CALLS  # True interrupts the statement
-
-            conn.set_progress_handler(budget, _READ_STEPS)
+                return []  # a read after a queued write sees it, as on the worker
+            self._budget = _READ_CALLS
             try:
-                return True, fn(conn)
+                return [fn(conn)]
             except sqlite3.Error:
                 # Interrupted, busy, or a real failure: the worker runs it again and names it.
                 _rollback(conn)
-                return False, None
+                return []
             except BaseException:
                 _rollback(conn)
                 raise
             finally:
-                conn.set_progress_handler(None, 0)
+                self._budget = -1
         finally:
             self._busy.release()
+
+    def _over_budget(self) -> bool:
+        """The progress handler: True interrupts the statement. Only an inline read has a
+        budget; every job on the worker runs to its end."""
+        if self._budget < 0:
+            return False
+        self._budget -= 1
+        return self._budget < 0
 
     def _guarded(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
         try:
@@ -392,6 +395,7 @@ class SQLiteThread:
                 raise self._unavailable(exc) from exc
             raise
         self._cursor = conn.cursor()
+        conn.set_progress_handler(self._over_budget, _READ_STEPS)
         self._conn = conn
         return conn
 
@@ -428,6 +432,7 @@ class SQLiteThread:
                 raise self._unavailable(exc) from exc
             raise
         self._cursor = conn.cursor()
+        conn.set_progress_handler(self._over_budget, _READ_STEPS)
         self._conn = conn
         return conn
 

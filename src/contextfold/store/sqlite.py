@@ -263,7 +263,8 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, cursor)  # a whole page ends at the head
             return ReadResult(events, cursor, reset=reset, more=more)
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
 
     async def latest(
         self,
@@ -299,7 +300,8 @@ class SQLiteStore(Store):
             known.saw_latest(namespace, stream, key, events)
             return events
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -314,7 +316,8 @@ class SQLiteStore(Store):
             ).fetchone()
             return row is not None
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
         known = self._known
@@ -328,7 +331,8 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, head)
             return head
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
 
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -338,7 +342,8 @@ class SQLiteStore(Store):
             ).fetchone()
             return int(row[0]) if row else 0
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -378,4 +383,5 @@ class SQLiteStore(Store):
                 args.append(limit)
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
-        return await self._db.read(work)
+        here = self._db.read_here(work)
+        return here[0] if here else await self._db.run(work)
