@@ -147,6 +147,15 @@ def _waiting(store: SQLiteStore) -> bool:
     return True
 
 
+async def test_a_cursor_no_store_hands_out_still_reads_from_the_start(tmp_path: Path) -> None:
+    async with cf.open_journal(f"sqlite:///{tmp_path / 'journal.db'}") as journal:
+        await journal.append("s", [raw(0), raw(1)])
+        for after in ("?", "", "x"):  # whatever a store answers for a head it does not know
+            page = await journal.read("s", after=after)
+            assert page.reset and [e.payload["i"] for e in page.events] == [0, 1]
+        assert (await journal.read("empty", after="?")).reset
+
+
 # -- two connections on one file, against what the file holds -----------------------------
 
 _OPS = st.lists(

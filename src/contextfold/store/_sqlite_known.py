@@ -10,16 +10,23 @@ forgotten). Every use runs under the connection's lock, on whichever thread hold
 
 from __future__ import annotations
 
+import enum
 import sqlite3
 from collections.abc import Sequence
 
 from ..events import NewEvent, StoredEvent
 
-__all__ = ["UNKNOWN", "Known"]
+__all__ = ["UNKNOWN", "Known", "Unknown"]
 
-UNKNOWN = "?"
-"""What :meth:`Known.head` answers for a stream whose head it does not know (no cursor
-of a store looks like it: cursors are digits)."""
+
+class Unknown(enum.Enum):
+    """What :meth:`Known.head` answers for a stream whose head it does not know: no str,
+    so no cursor a caller passes can equal it."""
+
+    UNKNOWN = "unknown"
+
+
+UNKNOWN = Unknown.UNKNOWN
 
 _MOST_STREAMS = 4096  # heads kept before all are forgotten, and started again
 _MOST_LATEST = 256  # latest results kept, likewise
@@ -52,7 +59,7 @@ class Known:
             self._version = version
             self._cursor = cursor
 
-    def head(self, namespace: str, stream: str) -> str | None:
+    def head(self, namespace: str, stream: str) -> str | Unknown | None:
         """The known head cursor, None for a known empty stream, :data:`UNKNOWN` else."""
         return self._heads.get((namespace, stream), UNKNOWN)
 
