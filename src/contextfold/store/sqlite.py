@@ -96,6 +96,14 @@ _INSERT = (
     "INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time, run_id,"
     " actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# Batches up to this size insert in one statement of as many rows, whose rowid is the last
+# row's (a statement per size, all in the connection's statement cache); larger ones run
+# executemany and ask for last_insert_rowid().
+_ONE_STATEMENT = 16
+_INSERTS = {
+    n: _INSERT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (n - 1)
+    for n in range(1, _ONE_STATEMENT + 1)
+}
 
 
 def _row(namespace: str, stream: str, position: int, e: NewEvent) -> tuple[Any, ...]:
@@ -182,6 +190,14 @@ class SQLiteStore(Store):
             if len(events) == 1:
                 # One row: its rowid comes with the insert, not from a last_insert_rowid().
                 cursor.execute(_INSERT, _row(namespace, stream, version + 1, events[0]))
+                last_global = cursor.lastrowid
+            elif len(events) <= _ONE_STATEMENT:
+                values = [
+                    value
+                    for i, e in enumerate(events, 1)
+                    for value in _row(namespace, stream, version + i, e)
+                ]
+                cursor.execute(_INSERTS[len(events)], values)
                 last_global = cursor.lastrowid
             else:
                 rows = [_row(namespace, stream, version + i, e) for i, e in enumerate(events, 1)]
