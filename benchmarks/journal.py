@@ -11,10 +11,11 @@ PostgreSQL: the same server), interleaved and repeated, and the median times are
 
 The raw appends do what a hand-written store needs to produce the same rows: encode the payload
 with orjson, make an event id and a time, lock/read the stream version, insert, bump the
-version, commit. Each uses the best plain-driver shape, the store's own: on SQLite a one-event
-append takes its rowid from the insert (no ``last_insert_rowid()`` round trip); on PostgreSQL
-one autocommit statement, one multi-row ``INSERT ... SELECT FROM unnest``. So the ratio is the
-library's own overhead, not a difference of SQL strategy. Ratio = library time / raw time. Usage::
+version, commit. Each uses the best plain-driver shape, the store's own: on SQLite an append
+of up to 16 events is one ``INSERT`` whose rowid is its last row's (no ``last_insert_rowid()``
+round trip); on PostgreSQL one autocommit statement, one multi-row ``INSERT ... SELECT FROM
+unnest``. So the ratio is the library's own overhead, not a difference of SQL strategy.
+Ratio = library time / raw time. Usage::
 
     python benchmarks/journal.py [--backend sqlite|postgres|all] [--repeats N] [--profile]
 
@@ -148,8 +149,10 @@ class RawSQLite:
             " run_id, actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         last_global: int | None
-        if len(rows) == 1:  # one row: its rowid comes with the insert (the store's shape)
-            last_global = conn.execute(insert, rows[0]).lastrowid
+        if len(rows) <= 16:  # one statement: its rowid is the last row's (the store's shape)
+            values = [value for row in rows for value in row]
+            more = ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (len(rows) - 1)
+            last_global = conn.execute(insert + more, values).lastrowid
         else:
             conn.executemany(insert, rows)
             last_global = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
