@@ -5,6 +5,7 @@ a request extending an earlier one serializes only its new messages."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -180,3 +181,29 @@ def test_a_body_is_measured_without_writing_its_messages(
 
     monkeypatch.setattr(wire, "_elements", unwritten)
     assert wire.body_size(request, transport) == size
+
+
+class _Unwalked(dict[str, int]):
+    """A kept assembly's calls that must not be walked one by one (copying is fine)."""
+
+    def items(self) -> Any:
+        raise AssertionError("the calls of the earlier request were walked")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_request_extending_the_previous_one_does_not_walk_its_calls(
+    transport: Transport,
+) -> None:
+    history = _conversation(30)
+    first = NeutralRequest(model="m", system="protocol", messages=history)
+    wire.render_body(first, transport)
+    key = (transport, history[0], history[1])
+    kept = assembly._RECENT[key]
+    assert len(kept.call_at) == 30
+    assembly._RECENT[key] = dataclasses.replace(kept, call_at=_Unwalked(kept.call_at))
+    more = NeutralMessage(role="user", content="one more")
+    second = NeutralRequest(model="m", system="protocol", messages=(*history, more))
+    assert wire.render_body(second, transport) == plain(second, transport)
+    # A request sharing less than the whole earlier one still drops the calls after it.
+    shorter = NeutralRequest(model="m", system="protocol", messages=(*history[:-8], more))
+    assert wire.render_body(shorter, transport) == plain(shorter, transport)

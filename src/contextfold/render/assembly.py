@@ -50,7 +50,7 @@ class _Assembled:
     closed_units: tuple[int, ...]
     """How many units each closed prefix has."""
     call_at: dict[str, int]
-    """Index of the message making each call (read only)."""
+    """Index of the message making each call, in message order (read only)."""
 
     @property
     def size(self) -> int:
@@ -91,7 +91,12 @@ def assemble(
         start = base.closed[at]
         closed, closed_units = base.closed[: at + 1], base.closed_units[: at + 1]
         units, ends = base.units[: closed_units[-1]], base.ends[: closed_units[-1] + 1]
-        call_at = {call: index for call, index in base.call_at.items() if index < start}
+        # Calls are kept in message order: when the last is before start, all of them are
+        # (copied in C, not walked: a request extending the previous one costs its new
+        # messages, not the calls of the whole history).
+        call_at = base.call_at.copy()
+        if call_at and next(reversed(call_at.values())) >= start:
+            call_at = {call: index for call, index in call_at.items() if index < start}
     added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
     # Copied to their size: orjson's output keeps the buffer it reserved, at least 4 KiB
     # and about 16 bytes per character of a long string, which a kept unit would hold.
