@@ -149,7 +149,9 @@ class RawSQLite:
             " run_id, actor, idempotency_key, channels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         )
         last_global: int | None
-        if len(rows) <= 16:  # one statement: its rowid is the last row's (the store's shape)
+        if len(rows) == 1:  # one statement: its rowid is the last row's (the store's shape)
+            last_global = conn.execute(insert, rows[0]).lastrowid
+        elif len(rows) <= 16:
             values = [value for row in rows for value in row]
             more = ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (len(rows) - 1)
             last_global = conn.execute(insert + more, values).lastrowid
