@@ -101,8 +101,8 @@ def test_an_item_message_is_built_once_and_equals_a_fresh_one(sent: req._Sent, t
     assert message == req._with_images(req._item_message(item, sent, None), item)
 
 
-def test_the_message_memo_lives_with_its_item(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_item_memo, "_MEMOS", {})
+def test_the_message_memo_lives_with_its_item() -> None:
+    _item_memo._MEMOS.clear()  # the table memos drop themselves from (bound at definition)
     kept = ContextItem(offset=1, role="user", content="kept")
     message = req.item_message(kept, "user")
     for offset in range(2, 20):  # each collected right after, its message with it
