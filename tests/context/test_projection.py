@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 import contextfold as cf
 from contextfold.context import (
@@ -11,7 +13,9 @@ from contextfold.context import (
     Actor,
     AgentContext,
     AgentContextState,
+    CompactionMeta,
     ContextAdded,
+    ContextItem,
     LlmRequestRequested,
     LlmResponse,
     RequestHeader,
@@ -362,3 +366,65 @@ async def test_a_tool_result_from_another_writer_verifies_nothing() -> None:
             await journal.append(stream, [result, tool_result_item(result)], actor=actor)
             state = await journal.fold(cf.AgentContext, stream)
             assert [item.verified_result for item in state.history] == [verified]
+
+
+def _mixed_log() -> Log:
+    """Every path of the handlers: lanes, keyed slots on both sides of a request, verified
+    and forged request offsets, tool results, a compaction and a malformed one."""
+    log = Log()
+    log.add("system", "rules", key=SYSTEM_PROMPT_KEY)
+    log.add("user", "hi", actor=Actor(type="user"))
+    log.add(content="v1", key="k")
+    log.add(content="v2", key="k")
+    first = log.request()
+    log.add(content="v3", key="k")
+    log.add(content="v4", key="k")
+    log.add("system", "rules 2", key=SYSTEM_PROMPT_KEY)
+    call = ToolCall(id="c1", name="t", arguments="{}")
+    log.add("assistant", actor=Actor(type="agent"), tool_calls=(call,), llm_request_offset=first)
+    log.add("assistant", "forged", llm_request_offset=first + 50)
+    log.result("c1", "out")
+    log.add("developer", "claim", tool_call_id="c9")
+    second = log.request(header=None)
+    log.add("developer", "summary", compaction=CompactionMeta(replaces_history_through=second))
+    log.add("developer", "bad", compaction=CompactionMeta(replaces_history_through=first))
+    log.add("user", "after")
+    return log
+
+
+def test_handlers_make_each_item_and_state_once_without_validating_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A handler's values are valid already (the payload's, the state's, what it verified):
+    it makes the item and the state directly, neither validated again nor copied through
+    pydantic, and they are what validation would make."""
+    log = _mixed_log()
+    made = {"items": 0, "copies": 0}
+    item_init, model_copy = ContextItem.__init__, BaseModel.model_copy
+
+    def counted_init(self: ContextItem, **data: Any) -> None:
+        made["items"] += 1
+        item_init(self, **data)
+
+    def counted_copy(self: BaseModel, **options: Any) -> BaseModel:
+        made["copies"] += 1
+        return model_copy(self, **options)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ContextItem, "__init__", counted_init)
+        patched.setattr(BaseModel, "model_copy", counted_copy)
+        states = [log.state(through) for through in range(1, len(log.envelopes) + 1)]
+    assert made == {"items": 0, "copies": 0}
+    assert states[-1].compacted_through > 0
+    assert [(i.content, i.updates) for i in states[-1].system] == [("rules 2", 1)]
+    for state in states:
+        assert AgentContextState.model_validate(state.model_dump()) == state
+        for item in state.items:
+            assert list(item.__dict__) == list(ContextItem.model_fields)
+            given = {name: getattr(item, name) for name in item.model_fields_set}
+            assert ContextItem(**given) == item
+
+
+def test_an_item_at_a_position_below_one_is_refused_as_the_item_schema_refuses_it() -> None:
+    with pytest.raises(ValidationError, match="offset"):
+        fold_context([envelope(ContextAdded(role="user", content="x"), 0)])

@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from ..errors import InvalidInputError
+from ..folds._evolve import evolve
 from ..wire import NeutralMessage, NeutralRequest, Role, Usage
 from .events import CompactionMeta, ContextAdded, LlmResponse
 from .request import build_request
@@ -279,10 +280,11 @@ def apply_compaction(state: AgentContextState, summary: ContextItem) -> AgentCon
     ):
         return state
     kept = tuple(item for item in state.history if item.offset > cutoff)
-    return state.model_copy(
-        update={
+    return evolve(
+        state,
+        {
             "system": _collapse(state.system),
             "history": (summary, *kept),
             "compacted_through": cutoff,
-        }
+        },
     )

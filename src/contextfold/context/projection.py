@@ -19,7 +19,9 @@ content, so an item appended ahead of the real result cannot take its place. The
 remembers only the latest unfollowed ``ToolCallResult`` (position and id), nothing more.
 
 ``AgentContext`` is the ready fold; the ``reduce_*`` functions are the same handlers as
-plain functions. Its cold reads start from the newest materialization the runtime stored
+plain functions. They run once per event of every read and append, so each makes its new
+item and state once, from values valid already (the payload's, the state's): nothing is
+validated again or copied through pydantic (``folds._evolve``). Its cold reads start from the newest materialization the runtime stored
 (:mod:`~contextfold.context.materialized`) and fold only the events after its cursor.
 """
 
@@ -30,6 +32,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..events import Envelope
+from ..folds._evolve import construct, evolve
 from ..folds.fold import Fold
 from ..store.base import Store
 from .compaction import apply_compaction
@@ -87,73 +90,90 @@ def _is_request(state: AgentContextState, offset: int) -> bool:
     return index < len(offsets) and offsets[index] == offset
 
 
-def _item(state: AgentContextState, ev: Envelope[ContextAdded]) -> ContextItem:
-    p = ev.payload
-    claimed = p.llm_request_offset
+# The item's fields as _item_values gives them to the item, in ContextItem's order: the
+# constructor was given all but ``updates``, which placing a keyed item sets.
+_GIVEN = frozenset(ContextItem.model_fields) - {"updates"}
+_GIVEN_UPDATES = frozenset(ContextItem.model_fields)
+
+
+def _item_values(state: AgentContextState, ev: Envelope[ContextAdded]) -> dict[str, Any]:
+    """The new item's field values: the payload's own, validated with it, and what the state
+    verifies. Raises pydantic's ValidationError for a position below 1 (an envelope made by
+    hand), as the item's constructor does."""
+    payload = ev.payload.__dict__
+    position = ev.position
+    claimed = payload["llm_request_offset"]
     # A forged request offset executes nothing: the request must exist, and the item must
     # come from the agent itself, by its payload and by the journal's record of the writer.
     verified = (
         claimed
         if claimed is not None
-        and is_trusted(p.actor)
+        and is_trusted(payload["actor"])
         and ev.meta.actor == AGENT_WRITER
         and _is_request(state, claimed)
         else None
     )
     # Positions are consecutive within one append, and the runtime writes the evidence
     # first: nothing else can sit between a genuine result and its item.
-    verified_result = p.tool_call_id is not None and state.tool_result == (
-        ev.position - 1,
-        p.tool_call_id,
-    )
-    return ContextItem(
-        offset=ev.position,
-        role=p.role,
-        content=p.content,
-        actor=p.actor,
-        key=p.key,
-        refs=p.refs,
-        files=p.files,
-        tool_calls=p.tool_calls,
-        llm_request_offset=verified,
-        tool_call_id=p.tool_call_id,
-        verified_result=verified_result,
-        compaction=p.compaction,
-    )
+    call_id = payload["tool_call_id"]
+    verified_result = call_id is not None and state.tool_result == (position - 1, call_id)
+    values = {
+        "offset": position,
+        "role": payload["role"],
+        "content": payload["content"],
+        "actor": payload["actor"],
+        "key": payload["key"],
+        "updates": None,
+        "refs": payload["refs"],
+        "files": payload["files"],
+        "tool_calls": payload["tool_calls"],
+        "llm_request_offset": verified,
+        "tool_call_id": call_id,
+        "verified_result": verified_result,
+        "compaction": payload["compaction"],
+    }
+    if type(position) is not int or position < 1:
+        ContextItem(**{name: values[name] for name in _GIVEN})  # raises, naming the offset
+    return values
+
+
+def _item(values: dict[str, Any]) -> ContextItem:
+    return construct(ContextItem, values, set(_GIVEN))
 
 
 def _place(
-    lane: tuple[ContextItem, ...], item: ContextItem, published_through: int
+    lane: tuple[ContextItem, ...], values: dict[str, Any], published_through: int
 ) -> tuple[ContextItem, ...]:
-    if item.key is None:
-        return (*lane, item)
-    for index in range(len(lane) - 1, -1, -1):
-        current = lane[index]
-        if current.key != item.key:
-            continue
-        if current.offset > published_through:
-            # Unpublished slot: settle in place, keeping position and what it supersedes.
-            replaced = item.model_copy(update={"updates": current.updates})
-            return (*lane[:index], replaced, *lane[index + 1 :])
-        return (*lane, item.model_copy(update={"updates": current.offset}))
-    return (*lane, item)
+    key = values["key"]
+    if key is not None:
+        for index in range(len(lane) - 1, -1, -1):
+            current = lane[index]
+            if current.key != key:
+                continue
+            if current.offset > published_through:
+                # Unpublished slot: settle in place, keeping position and what it supersedes.
+                values["updates"] = current.updates
+                replaced = construct(ContextItem, values, set(_GIVEN_UPDATES))
+                return (*lane[:index], replaced, *lane[index + 1 :])
+            values["updates"] = current.offset
+            return (*lane, construct(ContextItem, values, set(_GIVEN_UPDATES)))
+    # A concatenation copies the lane once; (*lane, item) builds a list, then the tuple.
+    return lane + (_item(values),)  # noqa: RUF005
 
 
 @AgentContext.on(ContextAdded)
 def reduce_context_added(state: AgentContextState, ev: Envelope[ContextAdded]) -> AgentContextState:
     """Add one item: keyed slot rules, or compaction for a summary."""
-    item = _item(state, ev)
-    if state.tool_result is not None:
-        state = state.model_copy(update={"tool_result": None})  # only this position could match
-    if item.compaction is not None:
-        return apply_compaction(state, item)
-    if item.role == "system":
-        return state.model_copy(
-            update={"system": _place(state.system, item, state.published_through)}
-        )
-    return state.model_copy(
-        update={"history": _place(state.history, item, state.published_through)}
-    )
+    values = _item_values(state, ev)
+    # Only this position could match the remembered result.
+    changes: dict[str, Any] = {} if state.tool_result is None else {"tool_result": None}
+    if values["compaction"] is not None:
+        return apply_compaction(evolve(state, changes) if changes else state, _item(values))
+    if values["role"] == "system":
+        changes["system"] = _place(state.system, values, state.published_through)
+    else:
+        changes["history"] = _place(state.history, values, state.published_through)
+    return evolve(state, changes)
 
 
 @AgentContext.on(LlmRequestRequested)
@@ -162,14 +182,16 @@ def reduce_request(
 ) -> AgentContextState:
     """Publish the projection through the request's offset and log its header snapshot."""
     offset = ev.position
-    return state.model_copy(
-        update={
+    header = ev.payload.header
+    return evolve(
+        state,
+        {
             "published_through": max(state.published_through, offset),
-            "header": ev.payload.header if ev.payload.header is not None else state.header,
+            "header": header if header is not None else state.header,
             "request_offset": offset,
             "request_time": ev.meta.time,
-            "request_offsets": (*state.request_offsets, offset),
-        }
+            "request_offsets": state.request_offsets + (offset,),  # noqa: RUF005 (one copy)
+        },
     )
 
 
@@ -180,7 +202,7 @@ def reduce_tool_result(state: AgentContextState, ev: Envelope[ToolCallResult]) -
     decides): another writer's result verifies nothing."""
     if ev.meta.actor != TOOL_WRITER:
         return state
-    return state.model_copy(update={"tool_result": (ev.position, ev.payload.tool_call_id)})
+    return evolve(state, {"tool_result": (ev.position, ev.payload.tool_call_id)})
 
 
 def fold_context(
