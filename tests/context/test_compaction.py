@@ -251,6 +251,16 @@ def test_every_window_says_where_it_comes_from() -> None:
     assert set(CONTEXT_WINDOWS) == set(prefixes)
 
 
+def test_the_window_table_is_read_only_and_each_look_up_matches_it() -> None:
+    with pytest.raises(TypeError):
+        CONTEXT_WINDOWS["gpt-4o"] = 1  # type: ignore[index]
+    table = dict(CONTEXT_WINDOWS)  # the same rows, not the table itself: not remembered
+    for model in ("gpt-4o", "GPT-4O-mini", "openai/gpt-4-32k", " claude-sonnet-4 ", "mystery"):
+        for _ in range(2):
+            assert context_window(model) == context_window(model, table)
+    assert context_window("mystery") == DEFAULT_CONTEXT_WINDOW
+
+
 def test_a_given_window_overrides_the_table() -> None:
     assert needs_compaction(500, "gpt-4o", window=1000)
     assert not needs_compaction(499, "gpt-4o", window=1000)

@@ -30,6 +30,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from types import MappingProxyType
 
 from ..errors import InvalidInputError
 from ..folds._evolve import evolve
@@ -105,8 +107,10 @@ MODEL_WINDOWS: tuple[ModelWindow, ...] = (
 input tokens one request may carry (where a provider gives only a window that input and
 output share, that window). ``cf.Agent(context_window=...)`` overrides it per agent."""
 
-CONTEXT_WINDOWS: Mapping[str, int] = {row.prefix: row.input_tokens for row in MODEL_WINDOWS}
-""":data:`MODEL_WINDOWS` by model-name prefix (the longest match wins)."""
+CONTEXT_WINDOWS: Mapping[str, int] = MappingProxyType(
+    {row.prefix: row.input_tokens for row in MODEL_WINDOWS}
+)
+""":data:`MODEL_WINDOWS` by model-name prefix (the longest match wins); read-only."""
 
 DEFAULT_CONTEXT_WINDOW = 128_000
 """The window assumed for a model no prefix of :data:`CONTEXT_WINDOWS` matches."""
@@ -128,9 +132,21 @@ COMPACTION_INSTRUCTION = (
 def context_window(model: str, windows: Mapping[str, int] = CONTEXT_WINDOWS) -> int:
     """The model's context window (its input limit): longest prefix match on the name (a
     ``provider/`` prefix is ignored), else :data:`DEFAULT_CONTEXT_WINDOW`."""
+    if windows is CONTEXT_WINDOWS:
+        return _known_window(model)
+    return _matched_window(model, windows)
+
+
+def _matched_window(model: str, windows: Mapping[str, int]) -> int:
     name = model.strip().lower().rsplit("/", 1)[-1]
     matches = [prefix for prefix in windows if name.startswith(prefix)]
     return windows[max(matches, key=len)] if matches else DEFAULT_CONTEXT_WINDOW
+
+
+@lru_cache(maxsize=256)
+def _known_window(model: str) -> int:
+    # The table is read-only, and the agent asks it of the same model at every step.
+    return _matched_window(model, CONTEXT_WINDOWS)
 
 
 def check_context_window(value: object) -> int | None:
