@@ -21,6 +21,7 @@ from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import rebuild_request
 from contextfold.errors import ModelError
 from contextfold.events import RawEvent, StoredEvent
+from contextfold.folds.reader import FoldCache
 from contextfold.journal import Journal
 from contextfold.runtime.clients import FunctionModel
 from contextfold.runtime.events import LoopEvent, RequestInterrupted, RequestSent
@@ -540,3 +541,44 @@ async def test_an_undecodable_item_after_a_request_does_not_stop_the_agent(
     assert report.status == "idle" and report.requests == [3]
     history = (await journal.fold(AgentContext, STREAM)).history
     assert [i.content for i in history if i.role == "assistant"] == ["answer"]
+
+
+async def test_the_scheduler_copies_no_state_through_pydantic(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its handlers run once per appended event: a tool turn and a usage report fold
+    without pydantic's model_copy, into the state a cold fold of the same events gives."""
+    from contextfold.context.events import LlmResponse
+    from contextfold.runtime.scheduling import SchedulerState
+    from contextfold.wire import ToolCall, Usage
+
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a scheduler handler copied its state with model_copy")
+
+    await born(journal)
+    seen: list[int] = []
+
+    def answer(request: NeutralRequest) -> ModelOutput | str:
+        seen.append(len(request.messages))
+        if request.messages[-2].role == "tool":
+            return ModelOutput(text="done", usage=Usage(input_tokens=5, output_tokens=1))
+        return ModelOutput(tool_calls=(ToolCall(id="c1", name="lookup", arguments="{}"),))
+
+    def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    agent = Agent(journal, STREAM, FunctionModel(answer), tools=[lookup])
+    for cls in (SchedulerState, LlmResponse):
+        monkeypatch.setattr(cls, "model_copy", refused)
+    await journal.append(STREAM, user("look it up"))
+    await agent.run_until_idle()
+    warm = await journal.fold(Scheduler, STREAM)
+    monkeypatch.undo()
+    assert len(seen) == 2 and warm.answered and warm.outstanding == () and warm.started == ()
+    assert len(warm.reports) == 2 and warm.reports[-1].usage == Usage(
+        input_tokens=5, output_tokens=1
+    )
+    assert all(r.text == "" and r.tool_calls == () for r in warm.reports)
+    cold = await Journal(journal.store, fold_cache=FoldCache()).fold(Scheduler, STREAM)
+    assert cold == warm and cold.model_fields_set == warm.model_fields_set

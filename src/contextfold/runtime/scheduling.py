@@ -33,6 +33,7 @@ from ..context.state import AgentContextState
 from ..context.trust import is_external
 from ..errors import ConfigurationError
 from ..events import Envelope, Event
+from ..folds._evolve import evolve
 from ..folds.fold import Fold
 from ..wire import ToolCall
 
@@ -173,17 +174,18 @@ def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
     if meta is not None and meta.replaces_history_through < ev.position:
         cutoff = meta.replaces_history_through
         reports = tuple(r for r in state.reports if r.request_offset > cutoff)
-        state = state.model_copy(update={"reports": reports})
+        state = evolve(state, {"reports": reports})
     if _answers(state, ev):
         calls = ev.payload.tool_calls
-        state = state.model_copy(
-            update={
+        state = evolve(
+            state,
+            {
                 "answered": True,
                 "response_at": None,
                 "outstanding": calls,
                 "started": (),
                 "continuation": bool(calls),
-            }
+            },
         )
     behaviour = behaviour_of(ev.payload)
     if behaviour == "none":
@@ -191,7 +193,7 @@ def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
     kind = kind_of(ev.payload, state.trusted)
     trigger = Trigger(offset=ev.position, kind=kind, behaviour=behaviour)
     halted = state.halted if trigger.kind == "feedback" else None
-    return state.model_copy(update={"pending": (*state.pending, trigger), "halted": halted})
+    return evolve(state, {"pending": (*state.pending, trigger), "halted": halted})
 
 
 @Scheduler.on(LlmRequestRequested)
@@ -207,8 +209,9 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
     trusted = state.trusted
     if header is not None and ev.meta.actor == AGENT:
         trusted = header.trusted_actor_types
-    return state.model_copy(
-        update={
+    return evolve(
+        state,
+        {
             "pending": tuple(t for t in state.pending if t.offset > ev.position),
             "last_request": ev.position,
             "request_actor": ev.meta.actor,
@@ -221,7 +224,7 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
             "turn_kind": kind,
             "turn_steps": steps,
             "autonomous_streak": streak,
-        }
+        },
     )
 
 
@@ -236,14 +239,14 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
         return state
     update: dict[str, object] = {"response_at": ev.position}
     if response.usage is not None:
-        report = response.model_copy(update={"text": "", "tool_calls": ()})
+        report = evolve(response, {"text": "", "tool_calls": ()})
         # Reports come in request order, one request at a time: only the newest can be an
         # earlier report of this (the latest) request.
         kept = state.reports
         if kept and kept[-1].request_offset == response.request_offset:
             kept = kept[:-1]
         update["reports"] = (*kept, report)
-    return state.model_copy(update=update)
+    return evolve(state, update)
 
 
 @Scheduler.on(ToolCallStarted)
@@ -257,7 +260,7 @@ def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerS
         or all(c.id != call_id for c in state.outstanding)
     ):
         return state
-    return state.model_copy(update={"started": (*state.started, call_id)})
+    return evolve(state, {"started": (*state.started, call_id)})
 
 
 @Scheduler.on(ToolCallResult)
@@ -271,7 +274,7 @@ def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerSta
     if left == state.outstanding:
         return state
     started = tuple(s for s in state.started if s != call_id)
-    return state.model_copy(update={"outstanding": left, "started": started})
+    return evolve(state, {"outstanding": left, "started": started})
 
 
 @Scheduler.on(LlmRequestInterrupted)
@@ -281,22 +284,21 @@ def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> 
     ``llm_request_policy`` is ``interrupt``, which the agent acts on and records)."""
     if ev.payload.request_offset != state.last_request or ev.meta.actor != AGENT:
         return state
-    return state.model_copy(
-        update={
+    return evolve(
+        state,
+        {
             "answered": True,
             "response_at": None,
             "outstanding": (),
             "started": (),
             "continuation": False,
-        }
+        },
     )
 
 
 @Scheduler.on(AgentHalted)
 def _halted(state: SchedulerState, ev: Envelope[AgentHalted]) -> SchedulerState:
-    return state.model_copy(
-        update={"halted": ev.payload.reason, "continuation": False, "pending": ()}
-    )
+    return evolve(state, {"halted": ev.payload.reason, "continuation": False, "pending": ()})
 
 
 @dataclass(frozen=True, slots=True)
