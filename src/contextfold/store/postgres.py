@@ -273,7 +273,14 @@ class PostgresStore(Store):
             version + n,
             str(last_global),
             cursors=tuple(map(str, globals_)) if n > 1 else (),
-            previous=None if previous is None else str(previous),
+            # An append with no check may have waited out a delete and recreate of the
+            # stream: its snapshot, taken before that wait, would name the deleted event.
+            # One at an expected version or under the lock statement saw the live history.
+            previous=(
+                None
+                if previous is None or (idempotency_key is None and expected_version is None)
+                else str(previous)
+            ),
         )
 
     async def read(
