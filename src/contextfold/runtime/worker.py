@@ -42,7 +42,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -58,6 +58,8 @@ from ..errors import (
 )
 from ..journal import Journal
 from ..store.base import MAX_LIMIT, parse_cursor, wait_or_timeout
+from ._worker_state import Mark as _Mark
+from ._worker_state import WorkerStats
 from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
@@ -78,47 +80,6 @@ _MAX_WAIT = 5.0
 _MAX_FOREIGN = 10_000  # notification keys of other namespaces remembered (then forgotten)
 _UNBORN = AgentContextState()
 _BUDGETS = TurnBudgets()
-
-
-@dataclass(frozen=True, slots=True)
-class _Mark:
-    """A stream as of a change: its version, and the global position of its newest event
-    when known (a notification says it; a scan does not)."""
-
-    version: int
-    head: int | None = None
-
-    def covers(self, heard: _Mark) -> bool:
-        """Whether ``heard`` is this point of the stream or an older one. By head when both
-        know it (global positions are never reused, so a stream deleted and made again is
-        never covered); else by version."""
-        if heard.head is not None and self.head is not None:
-            return heard.head <= self.head
-        return heard.version == self.version
-
-    def newer(self, heard: _Mark) -> _Mark:
-        """The newer of two changes heard of: by head when both know it, else the later heard."""
-        if heard.head is not None and self.head is not None and heard.head < self.head:
-            return self
-        return heard
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerStats:
-    """What a worker did so far."""
-
-    claims: int = 0
-    """Leases claimed and used (a claim whose agent found nothing to do is never written)."""
-    runs: int = 0
-    """Streams run to the end of their work (or of their quantum)."""
-    steps: int = 0
-    """Agent steps: requests sent, tool calls run, compactions, halts."""
-    backoffs: int = 0
-    """Runs ended by a provider (or factory) error and held back."""
-    lost: int = 0
-    """Runs ended because another instance took the lease over."""
-    store_errors: int = 0
-    """Runs and scans that met a store error."""
 
 
 class Worker:

@@ -18,21 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.errors import PipelineAborted
 from psycopg.rows import AsyncRowFactory, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from .._aio import CancelWatch
 from ..errors import InvalidInputError, StoreError, StoreUnavailableError
 from ..events import NewEvent, StoredEvent
+from ._postgres_errors import driver_error, redact_url
 from ._postgres_sql import (
     _CHANNEL_SEP,
     _COLUMNS,
@@ -53,6 +49,7 @@ from ._postgres_sql import (
     _WHERE,
     NOTIFY_CHANNEL,
 )
+from ._postgres_wake import Wake, _wake_key, parse_wake, wake_key
 from .base import (
     AppendResult,
     ReadResult,
@@ -561,100 +558,5 @@ def _events_of(namespace: str, stream: str) -> AsyncRowFactory[StoredEvent | Non
     return lambda cursor: event
 
 
-def _wake_key(namespace: str, stream: str) -> str:
-    # Fixed length, far under NOTIFY's 8000-byte payload limit; names hold no NUL.
-    raw = f"{namespace}\x00{stream}".encode()
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
-
-
-def wake_key(namespace: str, stream: str) -> str:
-    """The key naming the stream in the :data:`NOTIFY_CHANNEL` notification every append to
-    (and deletion of) it sends (:attr:`Wake.key`): a listener tells the streams apart by it."""
-    return _wake_key(namespace, stream)
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """A :data:`NOTIFY_CHANNEL` notification: which stream changed, and to what.
-
-    Every append sends one after it commits (several appends to a stream committing close
-    together share one, naming the newest), and a deletion one at its commit.
-    """
-
-    key: str
-    """The stream, as :func:`wake_key` names it."""
-    version: int | None
-    """The stream's version after the change (0: deleted); None when the payload does not say."""
-    head: int | None
-    """The global position of the stream's newest event after the change (its cursor, as
-    an int); None after a deletion or when the payload does not say."""
-
-
-def parse_wake(payload: str) -> Wake:
-    """A notification's payload, ``"<key> <version> <head>"`` (``"<key> 0"`` for a
-    deletion), decoded. A payload of another shape is a bare key (version and head None):
-    a listener treats it as a change it knows nothing more of."""
-    key, _, rest = payload.partition(" ")
-    version_text, _, head_text = rest.partition(" ")
-    version = int(version_text) if version_text.isascii() and version_text.isdigit() else None
-    head = (
-        int(head_text)
-        if version is not None and head_text.isascii() and head_text.isdigit()
-        else None
-    )
-    return Wake(key, version, head)
-
-
 def _pipeline(conn: psycopg.AsyncConnection[Any]) -> contextlib.AbstractAsyncContextManager[Any]:
     return conn.pipeline() if psycopg.AsyncPipeline.is_supported() else contextlib.nullcontext()
-
-
-def driver_error(exc: Exception, where: str, doing: str) -> StoreError:
-    """The one place where PostgreSQL driver errors become contextfold errors (the journal
-    and the transcript store both raise what this returns).
-
-    StoreUnavailableError when the server is out of reach (no connection from the pool, an
-    OS error, a lost connection or a server shutdown), else StoreError. ``where`` is the
-    redacted URL (:func:`redact_url`), ``doing`` what was being done.
-    """
-    if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
-        return StoreUnavailableError(
-            f"PostgreSQL at {where} is unavailable while {doing}: {exc}; "
-            "check that the server is up and the URL is right, then retry"
-        )
-    return StoreError(f"PostgreSQL error at {where} while {doing}: {exc}")
-
-
-def _lost_connection(exc: Exception) -> bool:
-    """Whether a driver error means the server is out of reach (not a refused statement)."""
-    if not isinstance(exc, psycopg.OperationalError) or isinstance(exc, PipelineAborted):
-        return False
-    state = exc.sqlstate
-    # No SQLSTATE: a client-side connection failure. 08: connection exception. 57P: shutdown.
-    return state is None or state.startswith(("08", "57P"))
-
-
-def redact_url(url: str) -> str:
-    """A PostgreSQL URL or ``key=value`` connection string without its password, for
-    messages."""
-    if "://" not in url:
-        try:
-            info = conninfo_to_dict(url)
-        except psycopg.Error:
-            return "<unparsable connection string>"
-        if "password" in info:
-            info["password"] = "***"
-        return make_conninfo("", **info)
-    try:
-        parts = urlsplit(url)
-        query = parse_qsl(parts.query, keep_blank_values=True)
-    except ValueError:
-        return "<unparsable URL>"
-    if any(key == "password" for key, _ in query):
-        masked = [(key, "***" if key == "password" else value) for key, value in query]
-        parts = parts._replace(query=urlencode(masked, safe="*"))
-    if parts.password is not None:
-        netloc = parts.netloc.rsplit("@", 1)[1]
-        user = f"{parts.username}:***@" if parts.username else ":***@"
-        parts = parts._replace(netloc=user + netloc)
-    return urlunsplit(parts)
