@@ -6,7 +6,9 @@ connect and tells when the path names others. Checking each file costs one ``sta
 directory's modification and change times move whenever an entry of it is created,
 removed or renamed, so once a full check passed with the directory's times settled (older
 than any filesystem's timestamp granularity), a check that finds the same directory with
-the same times stats nothing else: no entry of it can have changed since.
+the same times stats nothing else: no entry of it can have changed since. A mount over
+one of the files changes no entry and is not seen then; only root can mount, and root can
+as well rewrite the open files themselves, which no path check sees either.
 """
 
 from __future__ import annotations
