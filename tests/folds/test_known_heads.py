@@ -102,3 +102,19 @@ async def test_a_known_version_at_a_states_last_event_needs_no_read() -> None:
     await cf.Journal(store.inner).append("s", Said(text="c"))
     state, _ = await journal.folds.read_with_cursor(SAID, "default", "s", known_version=3)
     assert state == ("a@1", "b@2", "c@3") and list(store.methods) == ["read"]
+
+
+async def test_a_known_head_decides_over_a_known_version_after_a_recreate() -> None:
+    """A stream deleted and made again by another writer reaches the cached state's version
+    with other events: the head it is known at (global positions are never reused) says so."""
+    store = RecordingStore(MemoryStore())
+    journal = cf.Journal(store)
+    await cf.Journal(store.inner).append("s", Said(text="old"))
+    assert await journal.fold(SAID, "s") == ("old@1",)
+    other = cf.Journal(store.inner)
+    await other.delete_stream("s")
+    remade = await other.append("s", Said(text="new"))
+    state, _ = await journal.folds.read_with_cursor(
+        SAID, "default", "s", known_version=1, known_head=remade.cursor
+    )
+    assert state == ("new@1",)

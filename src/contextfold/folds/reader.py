@@ -252,10 +252,21 @@ class FoldReader:
         # stream's head. Any head seen during this call will do: a state at it holds every
         # event stored before the call. With no read in flight that takes no lock to see.
         seen: Any = known_head
+
+        def at_version(entry: Any) -> bool:
+            return (
+                known_head is _UNASKED
+                and known_version is not None
+                and known_version == entry.version
+            )
+
         flight = self._locks.get(key)
         if flight is None:
             cached = self.cache.get(key, self._clock())
-            if cached is not None and known_version is not None and cached.version == known_version:
+            # A known version alone tells the state current; with a known head, the head
+            # decides (a stream deleted and made again reaches an old version, never an old
+            # head: global positions are not reused).
+            if cached is not None and at_version(cached):
                 return cached.state, cached.cursor
             # A known head also tells a read's state current: at it, nothing follows its last.
             if cached is not None and (cached.applied or seen is not _UNASKED):
@@ -271,11 +282,7 @@ class FoldReader:
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
-                if (
-                    cached is not None
-                    and known_version is not None
-                    and cached.version == known_version
-                ):
+                if cached is not None and at_version(cached):
                     return cached.state, cached.cursor
                 if cached is not None and (cached.applied or seen is not _UNASKED):
                     state, cursor, head = cached.state, cached.cursor, cached.head
