@@ -425,6 +425,8 @@ def test_handlers_make_each_item_and_state_once_without_validating_again(
             assert ContextItem(**given) == item
 
 
-def test_an_item_at_a_position_below_one_is_refused_as_the_item_schema_refuses_it() -> None:
+def test_a_hand_made_position_is_taken_as_the_item_schema_takes_it() -> None:
     with pytest.raises(ValidationError, match="offset"):
         fold_context([envelope(ContextAdded(role="user", content="x"), 0)])
+    (item,) = fold_context([envelope(ContextAdded(role="user"), "3")]).history  # type: ignore[arg-type]
+    assert item.offset == 3 and type(item.offset) is int

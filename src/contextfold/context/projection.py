@@ -99,8 +99,8 @@ _GIVEN_UPDATES = frozenset(ContextItem.model_fields)
 
 def _item_values(state: AgentContextState, ev: Envelope[ContextAdded]) -> dict[str, Any]:
     """The new item's field values: the payload's own, validated with it, and what the state
-    verifies. Raises pydantic's ValidationError for a position below 1 (an envelope made by
-    hand), as the item's constructor does."""
+    verifies. Raises pydantic's ValidationError for a position the item's schema refuses
+    (below 1, in an envelope made by hand), as the item's constructor does."""
     payload = ev.payload.__dict__
     position = ev.position
     claimed = payload["llm_request_offset"]
@@ -134,7 +134,8 @@ def _item_values(state: AgentContextState, ev: Envelope[ContextAdded]) -> dict[s
         "compaction": payload["compaction"],
     }
     if type(position) is not int or position < 1:
-        ContextItem(**{name: values[name] for name in _GIVEN})  # raises, naming the offset
+        # An envelope made by hand: its offset as the item's schema takes it, or its error.
+        values["offset"] = ContextItem(**{name: values[name] for name in _GIVEN}).offset
     return values
 
 
