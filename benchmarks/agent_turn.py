@@ -105,7 +105,10 @@ async def main(turns: int) -> int:
         for turn in range(1, turns + 1):
             model.turn = turn
             before = await journal.head(STREAM)
-            seen, appended = len(model.bodies), len(batches)
+            # Only this turn's bodies are kept: an agent sends a body and drops it, and a
+            # list of every body would charge the turn for fresh memory the floor never needs.
+            model.bodies.clear()
+            appended = len(batches)
             start = time.perf_counter()
             await journal.append(STREAM, cf.ContextAdded(role="user", content=f"turn {turn}"))
             await agent.run_until_idle()
@@ -115,7 +118,7 @@ async def main(turns: int) -> int:
                 # to the collector during the next measured turn.
                 page = await journal.read(STREAM, after=before)
                 rows = [orjson.loads(e.data) for e in page.events]
-                floors[turn] = floor(model.bodies[seen:], rows, batches[appended:], raw, turn)
+                floors[turn] = floor(model.bodies, rows, batches[appended:], raw, turn)
         raw.close()
         await journal.close()
     early = range(1, WINDOW + 1)
