@@ -100,12 +100,12 @@ async def test_a_turn_reads_no_version_and_its_own_notifications_read_nothing(
     pg_dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The versions a worker needs come with the scan and the notifications: it reads the
-    lease of a stream it looks at, and the notifications of its own appends, heard after
-    its run handed the stream back idle, read nothing at all."""
+    lease of a stream it looks at (with its version and head), and the notifications of
+    its own appends, heard after its run handed the stream back idle, read nothing at all."""
     async with open_journal(pg_dsn) as journal, open_journal(pg_dsn) as observer:
         calls: list[tuple[str, str, tuple[str, ...]]] = []
         store = journal.store
-        for name in ("version", "latest", "head", "read"):
+        for name in ("version", "latest", "latest_at_head", "head", "read"):
 
             def recording(method: Any, name: str = name) -> Any:
                 async def call(namespace: str, stream: str, *args: Any, **kwargs: Any) -> Any:
@@ -132,14 +132,16 @@ async def test_a_turn_reads_no_version_and_its_own_notifications_read_nothing(
         record = await read_lease(observer, "chat/a")
         assert record is not None and record.idle
         mine = [(name, types) for name, stream, types in calls if stream == "chat/a"]
-        assert ("version", ()) not in mine
-        assert mine.count(("latest", (StreamLeased.event_type,))) == 1
+        assert ("version", ()) not in mine and ("head", ()) not in mine
+        # The look reads the lease with the version and the head, in one statement.
+        assert mine.count(("latest_at_head", (StreamLeased.event_type,))) == 1
+        assert ("latest", (StreamLeased.event_type,)) not in mine
 
 
 def _record_calls(store: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Every store call of these methods, as (method, stream), in order."""
     calls: list[tuple[str, str]] = []
-    for name in ("version", "latest", "head", "read", "append"):
+    for name in ("version", "latest", "latest_at_head", "head", "read", "append"):
 
         def recording(method: Any, name: str = name) -> Any:
             async def call(namespace: str, stream: str, *args: Any, **kwargs: Any) -> Any:
@@ -175,11 +177,11 @@ async def test_a_turn_woken_by_a_notification_reads_each_fold_once(
             await eventually(lambda: answered(observer, "chat/a"), what="the second turn")
         mine = [name for name, stream in calls if stream == "chat/a"]
         looked = mine[: mine.index("append")]
-        # The lease, then the scheduler (the worker's look) and the context (the agent's
-        # first step) each read the trigger; the scheduler read again: nothing. Then the
-        # turn records the request's manifest names (the request and its record go in one
-        # append, made after it).
-        assert looked == ["latest", "read", "read", "latest"], looked
+        # The lease (with the version and head), then the scheduler (the worker's look) and
+        # the context (the agent's first step) each read the trigger; the scheduler read
+        # again: nothing. Then the turn records the request's manifest names (the request
+        # and its record go in one append, made after it).
+        assert looked == ["latest_at_head", "read", "read", "latest"], looked
 
 
 async def test_a_leased_turns_folds_read_nothing_after_its_own_first_append(
@@ -224,6 +226,8 @@ async def test_a_turn_on_a_stream_a_scan_found_reads_each_fold_once(
             await eventually(lambda: answered(observer, "chat/a"), what="the turn")
     mine = [name for name, stream in calls if stream == "chat/a"]
     looked = mine[: mine.index("append")]
-    # The lease, then each fold's first read (its checkpoint or materialization, then its
-    # events): the scheduler's at the look, the context's at the agent's first step.
+    # The lease (with the version and head), then each fold's first read (its checkpoint or
+    # materialization, then its events): the scheduler's at the look, the context's at the
+    # agent's first step.
     assert looked.count("read") == 2 and "head" not in looked and "version" not in looked
+    assert looked[0] == "latest_at_head", looked

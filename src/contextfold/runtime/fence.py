@@ -127,6 +127,7 @@ class StreamLease:
         cursor: str | None,
         expires_at: datetime,
         landed: bool,
+        head: str | None = None,
     ) -> None:
         self.stream = stream
         self.holder = holder
@@ -139,6 +140,7 @@ class StreamLease:
         self._expires_at = expires_at
         self._version = version
         self._cursor = cursor
+        self._head = head  # the stream's head at ``version``, when the claim read it
         self._pending = not landed
         self._lock = asyncio.Lock()
         self._ended: LeaseLostError | None = None
@@ -162,14 +164,15 @@ class StreamLease:
 
     def watch(self, head: str | None = None, *, notified: bool = True) -> None:
         """Take the stream to be at the claim's version (its head ``head``, when a
-        notification said) until a change is heard of (:meth:`heard`). ``notified``: every
+        notification said, else the one the claim read with its version, if it did) until
+        a change is heard of (:meth:`heard`). ``notified``: every
         change of the stream from now on is reported to :meth:`heard` (by a listener that
         started before any append of this claim), so the holder's own appends tell where
         it is too; without, that holds only until the claim lands (nothing the holder did
         before then left the journal)."""
         self._watched = notified
         if self._at is None and self._pending:
-            self._at = (self._version, head)
+            self._at = (self._version, head if head is not None else self._head)
 
     def heard(self, version: int | None, head: int | None) -> None:
         """A change of the stream was heard of: its version and head (a global position)

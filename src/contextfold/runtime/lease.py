@@ -27,7 +27,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeGuard
 
 from ..errors import (
     ConfigurationError,
@@ -36,11 +36,15 @@ from ..errors import (
     StoreError,
     WrongExpectedVersionError,
 )
+from ..events import StoredEvent
 from ..journal import Journal
-from ..journal.encode import Clock
-from ..store.base import MAX_LIMIT
+from ..journal.encode import Clock, check_stream
+from ..store.base import MAX_LIMIT, Store
 from .fence import FencedJournal, LeaseState, StreamLease, StreamLeased, decode_lease
 from .scheduling import AGENT
+
+if TYPE_CHECKING:
+    from ..store.postgres import PostgresStore
 
 __all__ = [
     "LEASE_TTL",
@@ -69,6 +73,7 @@ LeaseStatus = Literal["held", "released", "backoff", "expired"]
 
 _CLAIM_ATTEMPTS = 16  # claims in a row that lost a race with another append
 _MAX_HOLDER = 200
+_LEASED = (StreamLeased.event_type,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +142,12 @@ async def read_lease(journal: Journal, stream: str) -> LeaseRecord | None:
     event that no longer decodes counts as none: a claim after it still goes through the
     fence, which is what keeps two holders apart."""
     found = await journal.latest(stream, [StreamLeased])
-    if not found:
-        return None
-    event = decode_lease(found[0])
-    if event is None:
+    return _record(stream, found[0] if found else None)
+
+
+def _record(stream: str, found: StoredEvent | None) -> LeaseRecord | None:
+    event = None if found is None else decode_lease(found)
+    if found is None or event is None:
         return None
     return LeaseRecord(
         stream=stream,
@@ -149,10 +156,19 @@ async def read_lease(journal: Journal, stream: str) -> LeaseRecord | None:
         expires_at=event.expires_at,
         state=event.state,
         failures=event.failures,
-        position=found[0].position,
-        cursor=found[0].cursor,
+        position=found.position,
+        cursor=found.cursor,
         idle=event.idle,
     )
+
+
+def _looks(store: Store) -> TypeGuard[PostgresStore]:
+    """Whether the store reads a stream's version, head and lease in one statement."""
+    try:
+        from ..store.postgres import PostgresStore
+    except ImportError:  # the postgres extra is not installed: no PostgreSQL journal
+        return False
+    return isinstance(store, PostgresStore)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +178,10 @@ class LeaseView:
     version: int
     lease: LeaseRecord | None
     """The newest lease event at or before ``version``."""
+    head: str | None = None
+    """The stream's head at ``version`` (its newest event's cursor), when the look read it
+    with the version (on PostgreSQL, one statement); None when not known. A version alone
+    may be an old history's: a stream deleted and made again reaches it with other events."""
 
     @property
     def cursor(self) -> str | None:
@@ -180,7 +200,14 @@ async def view_lease(journal: Journal, stream: str, *, version: int | None = Non
     """The stream's version, then its lease: two reads (one when ``version`` is given: read
     just before, or heard of in a notification; one behind the stream's only makes a claim
     at it catch up as it lands). A lease event newer than the version moves the version up
-    to it: it is the newest lease event there all the same."""
+    to it: it is the newest lease event there all the same. On PostgreSQL one statement
+    reads the version, the head and the lease together (``version`` is not needed)."""
+    store = journal.store
+    if _looks(store):
+        check_stream(stream)
+        await journal._ready()
+        version, head, found = await store.latest_at_head(journal.namespace, stream, _LEASED)
+        return LeaseView(version, _record(stream, found), head)
     if version is None:
         version = await journal.version(stream)
     current = await read_lease(journal, stream)
@@ -225,7 +252,7 @@ async def claim_lease(
     conflict: WrongExpectedVersionError | None = None
     for attempt in range(_CLAIM_ATTEMPTS):
         seen = view if view is not None and attempt == 0 else await view_lease(journal, stream)
-        current, version, cursor = seen.lease, seen.version, seen.cursor
+        current, version, cursor, head = seen.lease, seen.version, seen.cursor, seen.head
         now = now_of()
         if current is not None and not current.free_for(holder, now):
             raise LeaseHeldError(
@@ -249,6 +276,7 @@ async def claim_lease(
                 conflict = exc
                 continue
             version, cursor = claimed.version, claimed.cursor
+            head = claimed.cursor  # its claim is the stream's newest event
         return StreamLease(
             journal,
             stream,
@@ -259,6 +287,7 @@ async def claim_lease(
             failures=failures,
             version=version,
             cursor=cursor,
+            head=head,
             expires_at=expires,
             landed=not lazy,
         )

@@ -412,7 +412,7 @@ class Worker:
                 return
             del self._paused[stream]
         if not self.lease:
-            if await self._may_have_work(stream, version, None):
+            if await self._may_have_work(stream, version, _head_of(heard)):
                 await self._run_leased(stream, None, self._failures.get(stream, 0))
             return
         # The lease first: a stream another instance holds, or one handed back idle with
@@ -423,11 +423,13 @@ class Worker:
             assert view.lease is not None
             self._settled[stream] = _Mark(view.version, parse_cursor(view.lease.cursor))
             return
-        # The head a notification named, while no lease event came after it: the folds take
-        # it for the stream's (a change after it is heard of, or fails the fence).
-        head = None
-        if heard is not None and heard.head is not None and heard.version == view.version:
-            head = str(heard.head)
+        # The head the look read with the version (a version alone may be an old history's:
+        # a stream deleted and made again reaches it), else the one a notification named
+        # while no lease event came after it: the folds take it for the stream's (a change
+        # after it is heard of, or fails the fence).
+        head = view.head
+        if head is None and heard is not None and heard.version == view.version:
+            head = _head_of(heard)
         if not await self._may_have_work(stream, view.version, head):
             return
         try:
@@ -573,6 +575,11 @@ class Worker:
     def _count(self, **more: int) -> None:
         stats = self._stats
         self._stats = replace(stats, **{k: getattr(stats, k) + n for k, n in more.items()})
+
+
+def _head_of(heard: _Mark | None) -> str | None:
+    """The cursor of the head a change was heard with, when it said."""
+    return None if heard is None or heard.head is None else str(heard.head)
 
 
 async def _quietly(release: Awaitable[None]) -> None:

@@ -163,3 +163,14 @@ _READ = (
     f"SELECT {_COLUMNS} FROM cf_events WHERE {_WHERE} {{typed}} ORDER BY position LIMIT %(limit)s"
 )
 _TYPED = "AND type = ANY(%(types)s::text[])"
+# A stream's version, head and newest event of some types, in one snapshot: a version
+# alone may be an old history's (a stream deleted and made again reaches it), a head never.
+_LOOK = f"""
+SELECT s.version, s.head, e.* FROM (
+    SELECT (SELECT version FROM cf_streams WHERE {_WHERE}) AS version,
+           (SELECT global_position FROM cf_events WHERE {_WHERE}
+            ORDER BY position DESC LIMIT 1) AS head
+) s LEFT JOIN LATERAL (
+    SELECT {_COLUMNS} FROM cf_events WHERE {_WHERE} {_TYPED} ORDER BY position DESC LIMIT 1
+) e ON true
+"""

@@ -37,6 +37,7 @@ from ._postgres_sql import (
     _INSERT_AT,
     _INSERT_EXPECTED,
     _LOCK,
+    _LOOK,
     _NOTIFY_MANY,
     _PAGE,
     _READ,
@@ -339,6 +340,21 @@ class PostgresStore(Store):
             f"reading stream {stream!r}", sql, args, _events_of(namespace, stream)
         )
         return cast(tuple[StoredEvent, ...], tuple(rows))
+
+    async def latest_at_head(
+        self, namespace: str, stream: str, types: Sequence[str]
+    ) -> tuple[int, str | None, StoredEvent | None]:
+        """The stream's version, its head (None when empty) and its newest event of
+        ``types`` (None when it has none), from one statement: one snapshot, so the three
+        agree (the head tells a history made again at the same version from the old one)."""
+        args = {"ns": namespace, "s": stream, "types": list(types)}
+        async with self._connection(f"reading stream {stream!r}") as conn:
+            cur = await conn.cursor(binary=True).execute(_LOOK, args)
+            row = await cur.fetchone()
+        assert row is not None  # one row, whatever the stream holds
+        version, head = row[0], row[1]
+        found = None if row[2] is None else StoredEvent.from_row(namespace, stream, row[2:])
+        return int(version or 0), None if head is None else str(head), found
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
