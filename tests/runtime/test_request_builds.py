@@ -92,3 +92,38 @@ async def test_an_item_landing_after_the_estimate_is_in_the_request(
     offsets = [m.content.split("\n", 1)[0].split(" ")[0] for m in sent[0].messages]
     assert f"@{landed[0]}" in offsets  # built again: the estimate did not have it
     assert await verify_requests(journal, STREAM) == ()
+
+
+async def test_a_request_the_gate_estimated_is_rendered_once_and_measured_as_sent(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await journal.append(STREAM, system_prompt("You read files."))
+    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    await _turns(journal, agent, 1)
+    rendered: list[bytes] = []
+    for module in (compacting, turn):
+        original = module.render_request
+
+        def counting(*args: Any, _original: Any = original, **options: Any) -> Any:
+            made = _original(*args, **options)
+            rendered.append(made.body)
+            return made
+
+        monkeypatch.setattr(module, "render_request", counting)
+    measured: list[int] = []
+    monkeypatch.setattr(compacting, "body_size", lambda *a: measured.append(1) or 0)
+    sent: list[bytes] = []
+    original_complete = agent.model.complete
+
+    async def complete(request: Any, body: Any, **options: Any) -> Any:
+        sent.append(body.body)
+        return await original_complete(request, body, **options)
+
+    monkeypatch.setattr(agent.model, "complete", complete)
+    requests = await _turns(journal, agent, 3)
+    assert len(requests) == 6
+    # Was two renders per request (the gate measured one body, the send rendered another,
+    # retimed) and a measure: now the gate's body, timed at the request event, goes out.
+    assert rendered == sent
+    assert measured == []
+    assert await verify_requests(journal, STREAM) == ()

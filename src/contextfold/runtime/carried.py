@@ -15,7 +15,8 @@ The journal holds the same events in the same order as when each step appends on
 a step carries only when the next step would do exactly that first (the same checks, on
 the same states), and an append at once lands only at the position it was made for
 (:func:`seen_through`, with a version known before the states were read). Within a step,
-the request the pressure gate estimated is the one sent (:class:`Planned`).
+the request the pressure gate estimated is the one sent, as it rendered it
+(:class:`Planned`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ..context.events import RequestHeader
 from ..context.state import AgentContextState
 from ..events import Envelope, NewEvent
 from ..folds.fold import FoldBase
-from ..wire import NeutralRequest, ToolCall
+from ..wire import NeutralRequest, RenderedRequest, ToolCall
 from .scheduling import Decision, SchedulerState
 from .tool_runs import HeldResult
 
@@ -92,22 +93,25 @@ def seen_through(context: AgentContextState) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Planned:
-    """The request the pressure gate estimated: built from ``context`` with ``header``, and
-    timed at the previous request."""
+    """The request the pressure gate estimated, rendered: built from ``context`` with
+    ``header`` and timed at ``time``, the time of the request event made before the gate
+    (so the estimate is of the body that goes out, and it is rendered once)."""
 
     context: AgentContextState
     header: RequestHeader
     request: NeutralRequest
+    rendered: RenderedRequest
+    time: str
 
     def holds_for(self, folded: AgentContextState) -> bool:
         """Whether ``folded``, the context through the request event, holds what the plan
         was built from: the same lanes (states share unchanged tuples, so nothing was added
-        in between) and header. Then the request is the plan, timed at the request."""
+        in between), header and time. Then the request and its body are the plan's."""
         # The same header object: the request logged none, as it was equal to the plan's.
         same = folded.header is self.context.header or folded.header == self.header
         return (
             folded.system is self.context.system
             and folded.history is self.context.history
             and same
-            and self.context.request_time is not None  # the plan has a tail to retime
+            and folded.request_time == self.time
         )

@@ -31,6 +31,7 @@ from ..context.request import build_request
 from ..context.state import AgentContextState
 from ..errors import CompactionError, RenderError
 from ..wire import NeutralRequest, Transport, body_size, render_request
+from .carried import Planned
 from .events import CompactionFinished, CompactionStarted
 from .instance import RunReport
 from .lease import confirm_claim
@@ -117,21 +118,29 @@ class CompactionSteps(MaterializingSteps):
         report: RunReport,
         known: int,
         before: Callable[[], Awaitable[None]] | None = None,
-    ) -> tuple[AgentContextState, NeutralRequest | None, int]:
+        time: str | None = None,
+    ) -> tuple[AgentContextState, Planned | None, int]:
         """The pressure gate before a request goes out: estimate it with ``header``
         (session prefix included: a new instance's prefix may have grown) and, when it
         crosses the threshold, summarize the previous request first (``before`` awaited
-        ahead of that). Returns the context the request is built from, the request
-        estimated from that context (None when there was none to estimate, or a
-        compaction changed the context), and the newest version known before that
-        context was read (``known``, for the context given). Raises CompactionError like
-        the catch-up."""
+        ahead of that). ``time``: the time of the request event about to be appended (the
+        request is built and rendered as it goes out, and estimated by that body); None
+        times it at the previous request. Returns the context the request is built from,
+        the plan that was estimated (None when there was none to estimate, or a compaction
+        changed the context), and the newest version known before that context was read
+        (``known``, for the context given). Raises CompactionError like the catch-up."""
         previous = context.request_offset
         if previous is None or previous <= context.compacted_through:
             return context, None, known
-        request = build_request(context, header)
-        if not self._over(_estimate(request, header.transport), header.model):
-            return context, request, known
+        timestamp = time if time is not None else context.request_time
+        request = build_request(context, header, timestamp=timestamp)
+        rendered = render_request(request, header.transport)
+        planned = None
+        if timestamp is not None:
+            planned = Planned(context, header, request, rendered, timestamp)
+        # The estimate of a body is its bytes / 4 (see _estimate): here, of the rendered one.
+        if not self._over(len(rendered.body) // 4, header.model):
+            return context, planned, known
         # Measured like the request about to go: an estimate of previous's own body.
         attempt = self._attempt(context, previous, _estimate_of(context), header.model)
         if before is not None:
@@ -139,7 +148,7 @@ class CompactionSteps(MaterializingSteps):
         if await self._compact(previous, report, attempt=attempt):
             known = self._version_seen
             return await self.journal.fold(AgentContext, self.stream), None, known
-        return context, request, known
+        return context, planned, known
 
     def _over(self, tokens: int, model: str) -> bool:
         return needs_compaction(

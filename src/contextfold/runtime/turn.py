@@ -26,12 +26,12 @@ from ..context.events import (
 from ..context.manifest import Manifest
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
-from ..context.request import build_request, prefix_snapshot, retimed
+from ..context.request import build_request, prefix_snapshot
 from ..context.state import AgentContextState, ContextItem
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVersionError
-from ..events import Envelope, StoredEvent
+from ..events import Envelope, NewEvent, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .carried import Carried, Planned, RequestDue, ToolsStarted, seen_through
 from .compacting import CompactionSteps
@@ -161,22 +161,26 @@ class TurnSteps(CompactionSteps):
                     await self._flush(held)
                     held = None
 
-            # The pressure gate; what it estimated goes out, but for the tail's time. A
-            # summary it appends comes after the held result, as it would on its own.
-            context, estimated, known = await self._relieve_pressure(
-                context, header, report, known, flush
+            # The request event is made first: its time is the tail's, so the pressure gate
+            # estimates, and renders, the body that goes out. A summary the gate appends
+            # comes after the held result, as it would on its own; the request is then made
+            # anew, after it.
+            before = context
+            event, request = self._request_event(context, header, decision)
+            context, planned, known = await self._relieve_pressure(
+                context, header, report, known, flush, request.meta.time
             )
-            # An unchanged header is logged once: later requests carry None and reuse it.
-            logged = self._logged(context.header, header)
-            event = LlmRequestRequested(header=logged, reason=decision.reason)
-            planned = None if estimated is None else Planned(context, header, estimated)
+            if context is not before:
+                event, request = self._request_event(context, header, decision)
             if due is not None and held is not None:
                 version = due.version  # the held result's folded-ahead place
             else:
                 version = max(known, seen_through(context))
             sending = None
             if self._ahead:
-                sending = await self._record_at_once(context, event, planned, version, held)
+                sending = await self._record_at_once(
+                    context, event, request, planned, version, held
+                )
             if sending is not None:
                 if held is not None:
                     finished, held = held.finished, None
@@ -189,11 +193,21 @@ class TurnSteps(CompactionSteps):
                 await _finish(self._flush(held))
             raise
         if sending is None:  # the stream moved on meanwhile: the request, then its record
-            appended = self._saw(await self.journal.append(self.stream, event, actor=AGENT))
+            appended = self._saw(await self.journal.append(self.stream, request))
             await self._send(appended.first_position, report, planned)
             return True
         await self._deliver(*sending, report)
         return True
+
+    def _request_event(
+        self, context: AgentContextState, header: RequestHeader, decision: Decision
+    ) -> tuple[LlmRequestRequested, NewEvent]:
+        """The request event, and it as it will be stored (its time taken now). An unchanged
+        header is logged once: later requests carry None and reuse it."""
+        logged = self._logged(context.header, header)
+        event = LlmRequestRequested(header=logged, reason=decision.reason)
+        [request] = self.journal.encode(event, actor=AGENT)
+        return event, request
 
     async def _flush(self, held: HeldResult) -> None:
         """Append a held tool result on its own and tell the observers."""
@@ -204,6 +218,7 @@ class TurnSteps(CompactionSteps):
         self,
         context: AgentContextState,
         event: LlmRequestRequested,
+        request: NewEvent,
         planned: Planned | None,
         version: int,
         held: HeldResult | None = None,
@@ -214,9 +229,9 @@ class TurnSteps(CompactionSteps):
         yet), so it is what the journal gives after it. ``held`` goes first (``context``
         includes it). Returns (offset, context through the request, request, body); None,
         with nothing stored, when the stream is not at ``version`` (another writer
-        appended, or ``context`` is further: the agent knew less)."""
+        appended, or ``context`` is further: the agent knew less). ``request``: ``event`` as
+        it is stored."""
         ahead = () if held is None else held.events
-        [request] = self.journal.encode(event, actor=AGENT)
         offset = version + len(ahead) + 1
         if event.header is not None:  # what the journal's fold reads back: the stored bytes
             event = LlmRequestRequested.model_validate_json(request.data)
@@ -227,10 +242,10 @@ class TurnSteps(CompactionSteps):
         )
         assert folded.header is not None and folded.request_time is not None
         if planned is not None and planned.holds_for(folded):
-            neutral = retimed(planned.request, folded.request_time)
+            neutral, rendered = planned.request, planned.rendered
         else:
             neutral = build_request(folded, through=offset)
-        rendered = render_request(neutral, folded.header.transport)
+            rendered = render_request(neutral, folded.header.transport)
         # The turns through @version are those through @offset: neither a tool result
         # nor a request is a turn record, nor answers one.
         recorded = self._recorded(
@@ -295,10 +310,11 @@ class TurnSteps(CompactionSteps):
     async def _send(self, offset: int, report: RunReport, planned: Planned | None = None) -> None:
         context = await self.journal.fold(AgentContext, self.stream)
         neutral: NeutralRequest | None = None
+        rendered: RenderedRequest | None = None
         if context.request_offset == offset and context.header is not None:
-            transport, time = context.header.transport, context.request_time
-            if planned is not None and time is not None and planned.holds_for(context):
-                neutral = retimed(planned.request, time)
+            transport = context.header.transport
+            if planned is not None and planned.holds_for(context):
+                neutral, rendered = planned.request, planned.rendered
             else:
                 # The cached fold through the request: the per-turn cost stays flat, unless
                 # a compaction after @offset removed items the request saw.
@@ -308,7 +324,8 @@ class TurnSteps(CompactionSteps):
             state = await rebuild_state(self.journal, self.stream, offset)
             assert state.header is not None
             neutral, transport = build_request(state), state.header.transport
-        rendered = render_request(neutral, transport)
+        if rendered is None:
+            rendered = render_request(neutral, transport)
         manifest = await manifest_at(self.journal, self.stream, offset)
         recorded = self._recorded(offset, rendered, manifest)
         self._saw(await self.journal.append(self.stream, recorded, actor=AGENT, channels=()))
