@@ -164,17 +164,25 @@ class Journal:
         that follow it in the same append, and each event of a batch may have its own
         actor and channels. Nothing is stored. Raises as :meth:`append` for bad input.
         """
-        batch = check_batch("an encoded batch", events)
-        return tuple(
-            encode_events(
-                batch,
-                clock=self.clock,
-                ids=self.ids,
-                max_payload_bytes=self.max_payload_bytes,
-                run_id=run_id,
-                actor=actor,
-                channels=channels,
-            )
+        return tuple(self._encode(check_batch("an encoded batch", events), run_id, actor, channels))
+
+    def _encode(
+        self,
+        batch: Iterable[Event | RawEvent | NewEvent],
+        run_id: str | None,
+        actor: str | None,
+        channels: Sequence[str],
+        idempotency_key: str | None = None,
+    ) -> list[NewEvent]:
+        return encode_events(
+            batch,
+            clock=self.clock,
+            ids=self.ids,
+            max_payload_bytes=self.max_payload_bytes,
+            run_id=run_id,
+            actor=actor,
+            channels=channels,
+            idempotency_key=idempotency_key,
         )
 
     async def append(
@@ -197,16 +205,7 @@ class Journal:
         check_stream(stream)
         batch = check_batch(stream, events)
         check_expected_version(expected_version)
-        prepared = encode_events(
-            batch,
-            clock=self.clock,
-            ids=self.ids,
-            max_payload_bytes=self.max_payload_bytes,
-            run_id=run_id,
-            actor=actor,
-            channels=channels,
-            idempotency_key=idempotency_key,
-        )
+        prepared = self._encode(batch, run_id, actor, channels, idempotency_key)
         store = self.store if self._shared.ready else await self._ready()
         started = time.perf_counter()
         result = await store.append(
