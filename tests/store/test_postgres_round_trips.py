@@ -211,3 +211,48 @@ async def test_a_read_after_the_journals_own_append_checks_only_the_head(
             monkeypatch.setattr(journal.store, name, spy(getattr(journal.store, name)))
         assert await journal.fold(notes, "s") == (0, 1, 1, 2, 2, 3, 3)
         assert asked == ["head"]
+
+
+def _executed(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an EXPLAIN ANALYZE plan that ran at least once."""
+    if plan.get("Actual Loops", 0) > 0:
+        yield plan
+    for child in plan.get("Plans", ()):
+        yield from _executed(child)
+
+
+def _append_plan(dsn: str, sql: str, namespace: str, n: int, expected: int | None) -> list[Any]:
+    """The executed nodes of an append statement of ``n`` events to stream ``s`` (rolled back)."""
+    args: dict[str, Any] = {"ns": namespace, "s": "s", "n": n, "key": None, "digest": None}
+    args.update(types=["t"] * n, data=[b"{}"] * n, ids=[f"id-{i}" for i in range(n)])
+    args.update(times=["2026-01-01T00:00:00+00:00"] * n, runs=[None] * n, actors=[None] * n)
+    args.update(keys=[None] * n, chans=["main"] * n, expected=expected)
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {sql}", args).fetchone()
+        conn.rollback()
+    assert row is not None
+    return list(_executed(row[0][0]["Plan"]))
+
+
+async def test_an_append_passes_over_the_rows_it_inserted_once(pg_dsn: str) -> None:
+    """Its cursors come from the insert's own returned rows: no second pass over them to
+    aggregate, and the event before the batch is looked up only where it is reported."""
+    from contextfold.store._postgres_sql import _INSERT_ANY, _INSERT_AT
+
+    async with open_journal(pg_dsn) as journal:
+        await journal.append("s", [Note(), Note()])
+        namespace = journal.namespace
+    for sql, expected, lookups in ((_INSERT_ANY, None, 0), (_INSERT_AT, 2, 1)):
+        nodes = _append_plan(pg_dsn, sql, namespace, 10, expected)
+        scanned = [
+            node["Actual Rows"] * node["Actual Loops"]
+            for node in nodes
+            if node["Node Type"] == "CTE Scan" and node.get("CTE Name") == "ins"
+        ]
+        assert scanned == [10], (sql, scanned)
+        looked_up = [
+            node
+            for node in nodes
+            if node["Node Type"].startswith("Index") and node.get("Relation Name") == "cf_events"
+        ]
+        assert len(looked_up) == lookups, (sql, looked_up)

@@ -69,11 +69,22 @@ _SEEN = (
     "SELECT digest, first_position, last_position, last_global FROM cf_idempotency"
     f" WHERE {_WHERE} AND key = %(key)s"
 )
-# The positions come from the version the lock statement just reserved (same transaction).
-_INSERT = f"""
-WITH cur AS (
-    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
-), ins AS (
+
+
+def _insert(cur: str, *, previous: bool = True) -> str:
+    """An append's insert, its positions numbered from the version before (``cur``'s one
+    row, ``v``; none: nothing is inserted, no row back). A row per event inserted, straight
+    from the insert's own returned rows (no pass over them to aggregate, no sort): that
+    version, the event's global position (they grow with positions), and the global
+    position of the event before the batch (NULL at version 0, or without ``previous``),
+    looked up once. The idempotency key is recorded when one is given."""
+    before = (
+        f"(SELECT global_position FROM cf_events, cur WHERE {_WHERE} AND position = cur.v)"
+        if previous
+        else "NULL::bigint"
+    )
+    return f"""
+WITH cur AS ({cur}), ins AS (
     INSERT INTO cf_events (namespace, stream, position, type, data, event_id, time, run_id,
                            actor, idempotency_key, channels)
     SELECT %(ns)s, %(s)s, cur.v + u.n, u.type, u.data, u.event_id, u.time, u.run_id, u.actor,
@@ -82,65 +93,53 @@ WITH cur AS (
                      %(runs)s::text[], %(actors)s::text[], %(keys)s::text[], %(chans)s::text[])
          WITH ORDINALITY AS u(type, data, event_id, time, run_id, actor, key, channels, n)
     ORDER BY u.n
-    RETURNING global_position, position
-), last AS (
-    SELECT ins.global_position AS g, cur.v FROM ins, cur WHERE ins.position = cur.v + %(n)s
+    RETURNING global_position
 ), idem AS (
     INSERT INTO cf_idempotency
-    SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s, g FROM last
-    WHERE %(key)s::text IS NOT NULL
+    SELECT %(ns)s, %(s)s, %(key)s::text, %(digest)s::text, v + 1, v + %(n)s,
+           (SELECT max(global_position) FROM ins)
+    FROM cur WHERE %(key)s::text IS NOT NULL
 )
-SELECT v, g,
-       (SELECT global_position FROM cf_events WHERE {_WHERE} AND position = last.v),
-       (SELECT array_agg(global_position ORDER BY position) FROM ins)
-FROM last
+SELECT cur.v, ins.global_position, {before} FROM cur, ins
 """
-# The last row: the version before, the last global position, the global position of the
-# event before the batch (NULL at version 0, or when the statement's snapshot, taken before
-# it waited for the stream's lock, does not show it) and every global position of the batch.
+
+
+# The positions come from the version the lock statement just reserved (same transaction).
+_INSERT = _insert(f"SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}")
 # An append with an expected version and no idempotency key in one statement, one round
 # trip: the stream row is locked and bumped only at the expected version (created only when
 # 0 is expected; a row ON CONFLICT leaves as it is stays locked); no row back: it differed.
-_INSERT_EXPECTED = _INSERT.replace(
-    f"""WITH cur AS (
-    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
-)""",
-    f"""WITH cur AS (
+_INSERT_EXPECTED = _insert(
+    f"""
     INSERT INTO cf_streams AS t (namespace, stream, version)
     SELECT %(ns)s, %(s)s, %(n)s
     WHERE %(expected)s::bigint = 0 OR EXISTS (SELECT 1 FROM cf_streams WHERE {_WHERE})
     ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s
         WHERE t.version = %(expected)s::bigint
     RETURNING version - %(n)s AS v
-)""",
+"""
 )
-assert _INSERT_EXPECTED != _INSERT
 # The same at an expected version above 0: the row exists, so a plain update locks and
 # bumps it (cheaper than an upsert's insertion attempt); no row back: it differed.
-_INSERT_AT = _INSERT.replace(
-    f"""WITH cur AS (
-    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
-)""",
-    f"""WITH cur AS (
+_INSERT_AT = _insert(
+    f"""
     UPDATE cf_streams SET version = version + %(n)s
     WHERE {_WHERE} AND version = %(expected)s::bigint
     RETURNING version - %(n)s AS v
-)""",
+"""
 )
-assert _INSERT_AT != _INSERT
 # An append with no check at all, in one statement too: the stream row is locked and bumped
-# first (its CTE feeds the insert), so global positions are still drawn under the lock.
-_INSERT_ANY = _INSERT.replace(
-    f"""WITH cur AS (
-    SELECT version - %(n)s AS v FROM cf_streams WHERE {_WHERE}
-)""",
-    """WITH cur AS (
+# first (its CTE feeds the insert), so global positions are still drawn under the lock. It
+# names no event before its batch: its snapshot, taken before it waited for the stream's
+# lock, may show an event of a history deleted and recreated meanwhile (or none).
+_INSERT_ANY = _insert(
+    """
     INSERT INTO cf_streams AS t (namespace, stream, version) VALUES (%(ns)s, %(s)s, %(n)s)
     ON CONFLICT (namespace, stream) DO UPDATE SET version = t.version + %(n)s
     RETURNING version - %(n)s AS v
-)""",
+""",
+    previous=False,
 )
-assert _INSERT_ANY != _INSERT
 # The wake-ups of appends that committed, one per stream, in a transaction of their own
 # that commits without waiting for its WAL flush. A NOTIFY in the append's transaction
 # would hold PostgreSQL's database-wide notification lock through the append's flush:

@@ -236,7 +236,7 @@ class PostgresStore(Store):
                 sql = _INSERT_AT if expected_version > 0 else _INSERT_EXPECTED
             async with self._connection(doing) as conn:
                 cur = await conn.execute(sql, {**args, "expected": expected_version})
-                last = await cur.fetchone()
+                rows = await cur.fetchall()
         else:
             inserted: psycopg.AsyncCursor[Any] | None = None
             async with self._connection(doing) as conn, _pipeline(conn):
@@ -254,15 +254,19 @@ class PostgresStore(Store):
                         raise psycopg.Rollback(tx)
                     inserted = await conn.execute(_INSERT, args)
                 # Fetched after COMMIT so the insert and the commit share one round trip.
-                last = await inserted.fetchone() if inserted is not None else None
+                rows = await inserted.fetchall() if inserted is not None else []
         if isinstance(outcome, StoreError):
             raise outcome
         if outcome is not None:
             return outcome
-        if last is None:  # the expected version differed: nothing was written
+        if not rows:  # the expected version differed: nothing was written
             assert expected_version is not None
             raise wrong_version(stream, expected_version, await self.version(namespace, stream))
-        version, last_global, previous, globals_ = last
+        version, _, previous = rows[0]
+        # A row per event; global positions grow with positions inside a stream (drawn
+        # under its lock), so their order is the batch's.
+        globals_ = sorted([row[1] for row in rows]) if n > 1 else [rows[0][1]]
+        last_global = globals_[-1]
         self._wake(wake)
         self._post(wake, version + n, last_global)
         return AppendResult(
@@ -271,14 +275,9 @@ class PostgresStore(Store):
             version + n,
             str(last_global),
             cursors=tuple(map(str, globals_)) if n > 1 else (),
-            # An append with no check may have waited out a delete and recreate of the
-            # stream: its snapshot, taken before that wait, would name the deleted event.
-            # One at an expected version or under the lock statement saw the live history.
-            previous=(
-                None
-                if previous is None or (idempotency_key is None and expected_version is None)
-                else str(previous)
-            ),
+            # None from an append with no check (see _INSERT_ANY); one at an expected
+            # version or under the lock statement saw the live history.
+            previous=None if previous is None else str(previous),
         )
 
     async def read(
