@@ -15,7 +15,8 @@ moved. A stream leased to another instance is looked at again when that lease la
 shortly after the stream changes (its holder may have handed it back). A change is heard of
 with the stream's version (and, notified, its head), so one a run left nothing to do after
 (the worker's own appends, heard after they landed) costs no read at all, and a look at a
-stream reads only its lease.
+stream reads only its lease (on PostgreSQL with its version and head, in one statement: a
+version alone may be that of an old history, the stream deleted and made again).
 
 Fairness: streams wait in one first-in, first-out queue; a stream that keeps its agent
 busy gives its slot up after ``quantum`` steps while others wait, and queues at the end.
