@@ -271,14 +271,28 @@ async def test_appends_and_fold_reads_are_counted(metric_reader: InMemoryMetricR
 _NO_SDK = textwrap.dedent(
     """
     import asyncio, json
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     import contextfold as cf
     from contextfold import telemetry
+
+    # Metrics have a provider of their own: set, it records although nothing traces.
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 
     def refuse(*args):
         raise AssertionError("the prefix measure ran without an SDK")
 
     telemetry.shared_prefix = refuse
+    started = []
+    start_span = telemetry.TRACER.start_span
+
+    def counting(*args, **options):
+        started.append(args[0])
+        return start_span(*args, **options)
+
+    telemetry.TRACER.start_span = counting
 
     async def main():
         async with cf.open_journal("memory://") as journal:
@@ -286,10 +300,21 @@ _NO_SDK = textwrap.dedent(
             for text in ("one", "two"):
                 await journal.append("s", cf.ContextAdded(role="user", content=text))
                 await cf.Agent(journal, "s", cf.FunctionModel(lambda r: "ok")).run_until_idle()
+        made = list(started)
         span = telemetry.TRACER.start_span("probe")
+        usage = [
+            point.count
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            if metric.name == "gen_ai.client.token.usage"
+            for point in metric.data.data_points
+        ]
         return {
             "provider": type(trace.get_tracer_provider()).__name__,
             "recording": span.is_recording(),
+            "spans_made": made,
+            "token_usage_records": sum(usage),
         }
 
     print(json.dumps(asyncio.run(main())))
@@ -297,12 +322,19 @@ _NO_SDK = textwrap.dedent(
 )
 
 
-def test_without_an_sdk_nothing_records_and_the_prefix_is_not_measured(tmp_path: Path) -> None:
+def test_without_an_sdk_no_span_is_made_and_the_prefix_is_not_measured(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _NO_SDK], capture_output=True, text=True, timeout=120, cwd=tmp_path
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"provider": "ProxyTracerProvider", "recording": False}
+    # No span is made at all (each would be a no-op), yet the token metric of both
+    # responses is recorded (input and output: two records each).
+    assert json.loads(done.stdout) == {
+        "provider": "ProxyTracerProvider",
+        "recording": False,
+        "spans_made": [],
+        "token_usage_records": 4,
+    }
 
 
 @given(

@@ -65,12 +65,17 @@ class LoopSpans:
         self._retrying: set[int] = set()
         self._deltas: dict[int, int] = {}
         self._counts = {"requests": 0, "tool_calls": 0, "compactions": 0}
+        self._tracing = True  # whether this turn makes spans (see start_turn)
 
     # -- the turn -----------------------------------------------------------------------------
 
     def start_turn(self) -> None:
         """A run of the loop begins; its span starts at the first work it does."""
         self._end_open("the previous turn ended without closing it")
+        # Without a tracer provider (no SDK) every span would be a no-op: the turn makes
+        # none (only the token metric, which has a provider of its own). One set meanwhile
+        # takes effect from the next turn, so no span of a turn is missing its start.
+        self._tracing = not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
         self._turn_started = time.time_ns()
         self._turn = None
         self._counts = dict.fromkeys(self._counts, 0)
@@ -126,7 +131,11 @@ class LoopSpans:
     def on_event(self, event: LoopEvent) -> None:
         """Open, annotate or end the span ``event`` concerns. Never raises."""
         try:
-            self._on_event(event)
+            if self._tracing:
+                self._on_event(event)
+            elif isinstance(event, ResponseRecorded):
+                usage = event.output.usage
+                tm.record_token_usage(usage, model=self.model, transport=self.transport)
         except Exception as exc:  # pragma: no cover - an SDK bug must not stop the loop
             log.warning("telemetry: a span for %s failed: %s", event.kind, exc)
 
