@@ -94,17 +94,19 @@ async def _eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_a_claim_reads_the_version_and_the_lease_and_nothing_else() -> None:
+async def test_a_claim_reads_the_version_the_lease_and_the_head_and_nothing_else() -> None:
     store = Recording()
     journal = Journal(store)
     await journal.append(STREAM, user("hi"))
     store.calls.clear()
     lease = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
-    assert store.calls == [("version", STREAM), ("latest", STREAM)]
+    # The head after the version: a stream made again to that version has another one.
+    assert store.calls == [("version", STREAM), ("latest", STREAM), ("head", STREAM)]
     await lease.journal.append(STREAM, user("lands the claim"))
     await lease.release()
     view = await view_lease(journal, STREAM)
     assert view.lease is not None and view.version == view.lease.position == 4
+    assert view.head == view.lease.cursor  # the release is the newest event
     store.calls.clear()
     again = await claim_lease(journal, STREAM, holder="w2", ttl=10, lazy=True, view=view)
     assert store.calls == [] and again.pending and again.version == 4
@@ -206,19 +208,21 @@ async def test_a_watched_lease_takes_its_own_appends_head_for_the_streams() -> N
     assert store.calls == []
     again.heard(again.version + 1, int(head or 0) + 1)
     assert again.known_head is None and again.known is None
-    # Watched with no head (a version from a scan): a state at the claim's version is
-    # current; a change heard of at another version ends that.
+    # Watched with no head named: the claim's look read it after the version, so a state
+    # at the claim's head is current; a change heard of at another head ends that (at the
+    # same version too: the stream was deleted and made again).
     await Journal(store).append(STREAM, user("another question"))
     third = await claim_lease(journal, STREAM, holder="w1", ttl=10, lazy=True)
     third.watch()
-    assert third.known == (third.version, None)
+    head = await journal.head(STREAM)
+    assert head is not None and third.known == (third.version, head)
     await journal.fold(AgentContext, STREAM)  # read up to it
     store.calls.clear()
     await third.journal.fold(AgentContext, STREAM)
     assert store.calls == []
-    third.heard(third.version, 10**6)  # the change it was claimed at: nothing new
-    assert third.known == (third.version, None)
-    third.heard(third.version + 1, 10**6 + 1)
+    third.heard(third.version, int(head))  # the change it was claimed at: nothing new
+    assert third.known == (third.version, head)
+    third.heard(third.version, int(head) + 10**6)
     assert third.known is None
 
 

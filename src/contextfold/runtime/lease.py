@@ -179,9 +179,11 @@ class LeaseView:
     lease: LeaseRecord | None
     """The newest lease event at or before ``version``."""
     head: str | None = None
-    """The stream's head at ``version`` (its newest event's cursor), when the look read it
-    with the version (on PostgreSQL, one statement); None when not known. A version alone
-    may be an old history's: a stream deleted and made again reaches it with other events."""
+    """The stream's head (its newest event's cursor) as the look read it: with the version
+    on PostgreSQL (one statement), just after it elsewhere (then it may be newer, and a
+    claim at the version finds the stream moved on and looks again); None for a stream
+    without events. A version alone may be an old history's: a stream deleted and made
+    again reaches it with other events, never its old head."""
 
     @property
     def cursor(self) -> str | None:
@@ -197,11 +199,14 @@ class LeaseView:
 
 
 async def view_lease(journal: Journal, stream: str, *, version: int | None = None) -> LeaseView:
-    """The stream's version, then its lease: two reads (one when ``version`` is given: read
-    just before, or heard of in a notification; one behind the stream's only makes a claim
-    at it catch up as it lands). A lease event newer than the version moves the version up
-    to it: it is the newest lease event there all the same. On PostgreSQL one statement
-    reads the version, the head and the lease together (``version`` is not needed)."""
+    """The stream's version, then its lease, then its head: three reads (two when
+    ``version`` is given: read just before, or heard of in a notification; one behind the
+    stream's only makes a claim at it catch up as it lands). A lease event newer than the
+    version moves the version up to it: it is the newest lease event there all the same.
+    The head, read last, is of the history the claim lands in: a stream deleted and made
+    again meanwhile has another head, whatever its version (a settled view, which nothing
+    claims, skips it: a claim from it reads it then). On PostgreSQL one statement reads
+    the version, the head and the lease together (``version`` is not needed)."""
     store = journal.store
     if _looks(store):
         check_stream(stream)
@@ -213,7 +218,10 @@ async def view_lease(journal: Journal, stream: str, *, version: int | None = Non
     current = await read_lease(journal, stream)
     if current is not None and current.position > version:
         version = current.position
-    return LeaseView(version, current)
+    view = LeaseView(version, current)
+    if view.settled:  # handed back idle with nothing after: a worker leaves it unclaimed
+        return view
+    return LeaseView(version, current, await journal.head(stream))
 
 
 async def lease_table(journal: Journal, *, prefix: str | None = None) -> tuple[LeaseRecord, ...]:
@@ -253,6 +261,8 @@ async def claim_lease(
     for attempt in range(_CLAIM_ATTEMPTS):
         seen = view if view is not None and attempt == 0 else await view_lease(journal, stream)
         current, version, cursor, head = seen.lease, seen.version, seen.cursor, seen.head
+        if lazy and head is None and version:  # read after the version: its history's
+            head = await journal.head(stream)
         now = now_of()
         if current is not None and not current.free_for(holder, now):
             raise LeaseHeldError(
