@@ -111,10 +111,13 @@ _STRING_FIELDS = ("key", "actor_id", "tool_call")
 _LIST_FIELDS = ("refs", "files")
 _ORDER = ("key", "updates", "actor", "actor_id", "tool_call", "refs", "files")
 _DECODER = json.JSONDecoder()
+# json.dumps with an option builds an encoder per call; for a str this one's encode is the
+# same C escape json.dumps(value, ensure_ascii=False) ends in.
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
 
 
 def _quote(value: str) -> str:
-    return json.dumps(value, ensure_ascii=False).translate(_LINE_BREAKS)
+    return _ENCODER.encode(value).translate(_LINE_BREAKS)
 
 
 def _quote_list(values: tuple[str, ...]) -> str:
@@ -395,9 +398,19 @@ def _lane_message(item: ContextItem, role: Role, content_limit: int | None) -> N
     return item_message(item, role, content_limit=content_limit)
 
 
-def _with_breakpoint(messages: list[NeutralMessage]) -> None:
-    if messages:
-        messages[-1] = replace(messages[-1], cache_breakpoint=True)
+def _with_breakpoint(messages: list[NeutralMessage], start: int = 0) -> None:
+    """The last of ``messages[start:]``, if any, marked as a cache breakpoint."""
+    if len(messages) > start:
+        m = messages[-1]
+        # Built directly: dataclasses.replace walks the fields to do the same.
+        messages[-1] = NeutralMessage(
+            role=m.role,
+            content=m.content,
+            tool_calls=m.tool_calls,
+            tool_call_id=m.tool_call_id,
+            cache_breakpoint=True,
+            images=m.images,
+        )
 
 
 def _span(history: tuple[ContextItem, ...]) -> tuple[int, int]:
@@ -494,9 +507,10 @@ def build_request(
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
 
-    items = [*downgraded, *_history_messages(history, developer, trusted, limit)]
-    _with_breakpoint(items)
-    messages.extend(items)
+    items = len(messages)
+    messages += downgraded
+    messages += _history_messages(history, developer, trusted, limit)
+    _with_breakpoint(messages, items)
     if timestamp is not None:
         messages.append(_tail(timestamp))
 
