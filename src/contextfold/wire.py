@@ -423,9 +423,10 @@ def _encode(body: dict[str, Any], transport: Transport) -> bytes:
     return data
 
 
-def _elements(value: Any) -> list[orjson.Fragment]:
-    """A JsonArray's elements, for orjson to copy into the body as they are."""
+def _elements(value: Any) -> tuple[orjson.Fragment, ...]:
+    """A JsonArray's elements, for orjson to copy into the body as they are (the tuple
+    itself: orjson writes a tuple as an array, so no copy of the elements is made)."""
     if isinstance(value, JsonArray):
-        return list(value.elements)
+        return value.elements
     # orjson's default protocol: a TypeError it turns into its own (caught in _encode).
     raise UsageError(f"Type is not JSON serializable: {type(value).__name__}")

@@ -95,8 +95,8 @@ def assemble(
         # (copied in C, not walked: a request extending the previous one costs its new
         # messages, not the calls of the whole history).
         call_at = base.call_at.copy()
-        if call_at and next(reversed(call_at.values())) >= start:
-            call_at = {call: index for call, index in call_at.items() if index < start}
+        while call_at and next(reversed(call_at.values())) >= start:
+            call_at.popitem()  # the last made: only the calls after start are walked
     added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
     # Copied to their size: orjson's output keeps the buffer it reserved, at least 4 KiB
     # and about 16 bytes per character of a long string, which a kept unit would hold.
@@ -195,9 +195,17 @@ def _common_prefix(a: tuple[NeutralMessage, ...], b: tuple[NeutralMessage, ...])
     """The length of the longest common prefix (slices compare in C, identical messages by
     identity), found by halving."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    low, high = 0, n  # a[:low] == b[:low]; they differ before high (or are equal: checked)
+    # A request usually repeats all of the previous one but its last two messages (the
+    # history's breakpoint and the tail): probed first, so only those two are halved.
+    probe = n - 2
+    if probe > 0:
+        if a[:probe] == b[:probe]:
+            low = probe
+        else:
+            high = probe
+    if high == n and a[low:n] == b[low:n]:
         return n
-    low, high = 0, n  # a[:low] == b[:low]; they differ before high
     while high - low > 1:
         mid = (low + high) // 2
         if a[low:mid] == b[low:mid]:
