@@ -43,15 +43,12 @@ def evolve(model: M, changes: Mapping[str, Any]) -> M:
     set and equality, without pydantic's Python copy. ``changes`` names fields only and
     holds valid values: nothing is validated."""
     cls = type(model)
-    if not _plain(cls):
+    # The cached answer first: one dict lookup, not a call, per evolve of a known class.
+    if not (_PLAIN.get(cls) or _plain(cls)):
         return model.model_copy(update=changes)
-    values = model.__dict__.copy()
-    values.update(changes)
-    fields_set = set(model.__pydantic_fields_set__)
-    fields_set.update(changes)
     made: M = _new(cls)
-    _set_dict(made, values)
-    _set_fields_set(made, fields_set)
+    _set_dict(made, {**model.__dict__, **changes})
+    _set_fields_set(made, model.__pydantic_fields_set__.union(changes))
     _set_extra(made, None)
     _set_private(made, None)
     return made
@@ -61,7 +58,7 @@ def construct(cls: type[M], values: dict[str, Any], fields_set: set[str]) -> M:
     """``cls(**values)`` for values validation would keep as they are: ``values`` holds
     every field in definition order (it becomes the instance's, so the caller's is given
     up), ``fields_set`` the names the constructor was given. Nothing is validated."""
-    if not _plain(cls):
+    if not (_PLAIN.get(cls) or _plain(cls)):
         return cls.model_validate({name: values[name] for name in fields_set})
     made: M = _new(cls)
     _set_dict(made, values)

@@ -344,13 +344,14 @@ class FoldReader:
         if not events:
             return
         first, last = events[0], events[-1]
+        before, head = first[3] - 1, str(last[2])  # (position, global_position) by index
         decoded: dict[tuple[int, int], Any] = {}  # payloads, shared by the folds below
         for key, entry in self.cache.of_stream(namespace, stream):
-            if entry.state is None or entry.version != first.position - 1:
+            if entry.state is None or entry.version != before:
                 continue
-            if first.position > 1 and (
+            if before > 0 and (
                 entry.head is None
-                or (previous is None and int(entry.head) + 1 != first.global_position)
+                or (previous is None and int(entry.head) + 1 != first[2])
                 or (previous is not None and entry.head != previous)
             ):
                 continue
@@ -371,9 +372,13 @@ class FoldReader:
                 continue  # its checkpoint: the read restores it
             # No read, so its recency stays as it was.
             entry.state = state
-            entry.cursor = _last_cursor(events, reading, entry.cursor)
+            # The last event is mostly one of the fold's types: its cursor is the head.
+            if last[4] in reading.types:
+                entry.cursor = head
+            else:
+                entry.cursor = _last_cursor(events, reading, entry.cursor)
             entry.version = last[3]
-            entry.head = str(last[2])
+            entry.head = head
             entry.applied = True
             if folded:
                 _events_counter.add(folded, {"fold": fold.name, "start": "append"})

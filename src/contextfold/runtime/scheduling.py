@@ -33,7 +33,7 @@ from ..context.state import AgentContextState
 from ..context.trust import is_external
 from ..errors import ConfigurationError
 from ..events import Envelope, Event
-from ..folds._evolve import evolve
+from ..folds._evolve import construct, evolve
 from ..folds.fold import Fold
 from ..wire import ToolCall
 
@@ -150,6 +150,12 @@ Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, versio
 AGENT = AGENT_WRITER
 """The journal meta actor the runtime appends with: the only writer whose answers count."""
 
+# The writer (journal meta actor) of an envelope without the EventMeta that ``ev.meta`` makes
+# on each call: ``ev[1]`` holds the meta fields in EventMeta's order (a stored event's fields
+# as read, or the EventMeta it was made with).
+_META, _ACTOR = 1, 3
+_TRIGGER_FIELDS = frozenset(Trigger.model_fields)
+
 
 def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
     """Whether ``ev`` is the answer to the latest, unanswered request: an assistant item the
@@ -162,7 +168,7 @@ def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
         and not state.answered
         and state.last_request is not None
         and item.llm_request_offset == state.last_request
-        and ev.meta.actor == AGENT
+        and ev[_META][_ACTOR] == AGENT
         and state.response_at is not None
         and state.response_at == ev.position - 1
     )
@@ -191,30 +197,41 @@ def _added(state: SchedulerState, ev: Envelope[ContextAdded]) -> SchedulerState:
     if behaviour == "none":
         return state
     kind = kind_of(ev.payload, state.trusted)
-    trigger = Trigger(offset=ev.position, kind=kind, behaviour=behaviour)
-    halted = state.halted if trigger.kind == "feedback" else None
+    position = ev.position
+    if type(position) is int:
+        # Every value is one the model keeps as it is (a stored int position, the literals
+        # above): made without validating them again.
+        values = {"offset": position, "kind": kind, "behaviour": behaviour}
+        trigger = construct(Trigger, values, set(_TRIGGER_FIELDS))
+    else:  # an envelope made by hand: its position as the model takes it, or its error
+        trigger = Trigger(offset=position, kind=kind, behaviour=behaviour)
+    halted = state.halted if kind == "feedback" else None
     return evolve(state, {"pending": (*state.pending, trigger), "halted": halted})
 
 
 @Scheduler.on(LlmRequestRequested)
 def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> SchedulerState:
-    consumed = [t for t in state.pending if t.offset < ev.position]
+    position, pending = ev.position, state.pending
+    # Mostly nothing is pending (a request after tool results): no comprehensions then.
+    consumed = [t for t in pending if t.offset < position] if pending else []
     if consumed:
         kind = max((t.kind for t in consumed), key=_STRENGTH.__getitem__)
         steps = 1
     else:
         kind, steps = state.turn_kind, state.turn_steps + 1
-    streak = 0 if any(t.kind != "feedback" for t in consumed) else state.autonomous_streak + 1
+    human = bool(consumed) and any(t.kind != "feedback" for t in consumed)
+    streak = 0 if human else state.autonomous_streak + 1
     header = ev.payload.header
     trusted = state.trusted
-    if header is not None and ev.meta.actor == AGENT:
+    actor = ev[_META][_ACTOR]
+    if header is not None and actor == AGENT:
         trusted = header.trusted_actor_types
     return evolve(
         state,
         {
-            "pending": tuple(t for t in state.pending if t.offset > ev.position),
-            "last_request": ev.position,
-            "request_actor": ev.meta.actor,
+            "pending": tuple(t for t in pending if t.offset > position) if pending else (),
+            "last_request": position,
+            "request_actor": actor,
             "answered": False,
             "response_at": None,
             "trusted": trusted,
@@ -235,7 +252,11 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     right after it (the same append) does (see ``_added``). One another writer appended
     (a second response, a forged webhook event) is ignored, its usage report too."""
     response = ev.payload
-    if response.request_offset != state.last_request or state.answered or ev.meta.actor != AGENT:
+    if (
+        response.request_offset != state.last_request
+        or state.answered
+        or ev[_META][_ACTOR] != AGENT
+    ):
         return state
     update: dict[str, object] = {"response_at": ev.position}
     if response.usage is not None:
@@ -255,7 +276,7 @@ def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerS
     for a call not outstanding, is ignored)."""
     call_id = ev.payload.tool_call_id
     if (
-        ev.meta.actor != AGENT
+        ev[_META][_ACTOR] != AGENT
         or call_id in state.started
         or all(c.id != call_id for c in state.outstanding)
     ):
@@ -267,7 +288,7 @@ def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerS
 def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerState:
     """Answer an outstanding call with the result the runtime wrote for it. A duplicate, an
     unknown id or another writer's result changes nothing (it does not unblock the turn)."""
-    if ev.meta.actor != TOOL_WRITER:
+    if ev[_META][_ACTOR] != TOOL_WRITER:
         return state
     call_id = ev.payload.tool_call_id
     left = tuple(c for c in state.outstanding if c.id != call_id)
@@ -282,7 +303,7 @@ def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> 
     """Seal the latest request. Only the agent's own record counts: another writer cannot
     make the agent drop a request it owes an answer to (it interrupts with an item whose
     ``llm_request_policy`` is ``interrupt``, which the agent acts on and records)."""
-    if ev.payload.request_offset != state.last_request or ev.meta.actor != AGENT:
+    if ev.payload.request_offset != state.last_request or ev[_META][_ACTOR] != AGENT:
         return state
     return evolve(
         state,
