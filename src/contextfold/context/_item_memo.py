@@ -5,7 +5,8 @@ item is found by its identity and dropped when the item is collected (a weak ref
 callback), so the memos hold what the live states hold and nothing of items no state has
 any more. A memo may hold later items of a history beginning with its item (the histories
 built from it): histories keep the relative order of their items, so no two memos hold
-each other's items.
+each other's items. A request header, immutable too, has a memo of the same kind for the
+stable prefix built from it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class ItemMemo(weakref.ref):  # type: ignore[type-arg]
     """The memo of one item (a weak reference to it). Its fields start empty (None); each
     user fills its own."""
 
-    __slots__ = ("built", "key", "messages", "span", "texts")
+    __slots__ = ("built", "key", "messages", "prefix", "span", "texts")
 
     key: int
     texts: dict[int | None, str] | None
@@ -32,11 +33,14 @@ class ItemMemo(weakref.ref):  # type: ignore[type-arg]
     built (developer role, trusted types, content limit)."""
     span: Any
     """The newest history measured from this item as the first one, with its offsets."""
+    prefix: Any
+    """Of a request header: the stable prefix messages last built from it, with the lane
+    messages they were built with."""
 
     def __new__(cls, item: object, key: int) -> ItemMemo:
         memo = super().__new__(cls, item, _drop)
         memo.key = key
-        memo.texts = memo.messages = memo.built = memo.span = None
+        memo.texts = memo.messages = memo.built = memo.span = memo.prefix = None
         return memo
 
     def __init__(self, item: object, key: int) -> None:

@@ -51,7 +51,7 @@ from pydantic import ValidationError
 from ..canonical import canonical_json
 from ..errors import RenderError
 from ..wire import NeutralMessage, NeutralRequest, RenderedRequest, Role, Transport, render_request
-from ._item_memo import memo_of
+from ._item_memo import ItemMemo, memo_of
 from .attachments import attachment_line, file_references, image_part
 from .events import PrefixMessage, RequestHeader
 from .evidence import cut_text
@@ -152,27 +152,60 @@ class ItemHeader:
 
     def render(self) -> str:
         """The one header line (no line break inside; only present fields)."""
-        parts = [f"@{self.offset}"]
-        if self.key is not None:
-            parts.append(f"key={_quote(self.key)}")
-        if self.updates is not None:
-            parts.append(f"updates=@{self.updates}")
-        if self.actor is not None:
-            parts.append(f"actor={self.actor}")
-        if self.actor_id is not None:
-            parts.append(f"actor_id={_quote(self.actor_id)}")
-        if self.tool_call is not None:
-            parts.append(f"tool_call={_quote(self.tool_call)}")
-        if self.refs:
-            parts.append(f"refs={_quote_list(self.refs)}")
-        if self.files:
-            parts.append(f"files={_quote_list(self.files)}")
-        return " ".join(parts)
+        return _header_line(
+            self.offset,
+            self.key,
+            self.updates,
+            self.actor,
+            self.actor_id,
+            self.tool_call,
+            self.refs,
+            self.files,
+        )
+
+
+def _header_line(
+    offset: int,
+    key: str | None,
+    updates: int | None,
+    actor: str | None,
+    actor_id: str | None,
+    tool_call: str | None,
+    refs: tuple[str, ...],
+    files: tuple[str, ...],
+) -> str:
+    parts = [f"@{offset}"]
+    if key is not None:
+        parts.append(f"key={_quote(key)}")
+    if updates is not None:
+        parts.append(f"updates=@{updates}")
+    if actor is not None:
+        parts.append(f"actor={actor}")
+    if actor_id is not None:
+        parts.append(f"actor_id={_quote(actor_id)}")
+    if tool_call is not None:
+        parts.append(f"tool_call={_quote(tool_call)}")
+    if refs:
+        parts.append(f"refs={_quote_list(refs)}")
+    if files:
+        parts.append(f"files={_quote_list(files)}")
+    return " ".join(parts)
 
 
 def item_header(item: ContextItem) -> str:
     """The header line of ``item``, e.g. ``@81 key="github/review-task" updates=@17``."""
-    return ItemHeader.of(item).render()
+    # ItemHeader.of(item).render() without building the ItemHeader (once per new item).
+    actor = item.actor
+    return _header_line(
+        item.offset,
+        item.key,
+        item.updates,
+        actor.type if actor is not None else None,
+        actor.id if actor is not None else None,
+        item.tool_call_id,
+        tuple(ref.render() for ref in item.refs) if item.refs else (),
+        file_references(item.files) if item.files else (),
+    )
 
 
 def parse_item_header(text: str) -> ItemHeader | None:
@@ -230,7 +263,10 @@ def render_item(item: ContextItem, *, content_limit: int | None = None) -> str:
     """The message text of an item: its header line, a newline, then its content (cut to
     ``content_limit`` characters, see ``evidence.cut_text``), then one line per attached
     file (``[File attached: cat.png (image/png)]``). Memoized while the item lives."""
-    memo = memo_of(item)
+    return _text(memo_of(item), item, content_limit)
+
+
+def _text(memo: ItemMemo, item: ContextItem, content_limit: int | None) -> str:
     texts = memo.texts
     if texts is None:
         texts = memo.texts = {}
@@ -331,12 +367,15 @@ def item_message(
     key = (sent, content_limit)
     message: NeutralMessage | None = messages.get(key)
     if message is None:
-        message = messages[key] = _with_images(_item_message(item, sent, content_limit), item)
+        message = _with_images(_item_message(item, sent, content_limit, memo), item)
+        messages[key] = message
     return message
 
 
-def _item_message(item: ContextItem, sent: _Sent, content_limit: int | None) -> NeutralMessage:
-    text = render_item(item, content_limit=content_limit)
+def _item_message(
+    item: ContextItem, sent: _Sent, content_limit: int | None, memo: ItemMemo | None = None
+) -> NeutralMessage:
+    text = _text(memo if memo is not None else memo_of(item), item, content_limit)
     if sent == "calls":
         return NeutralMessage(role="assistant", content=text, tool_calls=item.tool_calls)
     if sent == "unverified":
@@ -500,13 +539,7 @@ def build_request(
     # sorting here rather than at projection time keeps them compaction-immune and leaves
     # trust to each request's header, as for every other role decision.
     downgraded = [m for m in lane if m.role == "user"]
-    messages: list[NeutralMessage] = []
-    if header.system_prompt:
-        messages.append(NeutralMessage(role="system", content=header.system_prompt))
-    messages.extend(m for m in lane if m.role != "user")
-    messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
-    _with_breakpoint(messages)
-
+    messages = list(_stable_prefix(header, tuple(m for m in lane if m.role != "user")))
     items = len(messages)
     messages += downgraded
     messages += _history_messages(history, developer, trusted, limit)
@@ -523,6 +556,28 @@ def build_request(
         temperature=header.temperature,
         stream=header.stream,
     )
+
+
+def _stable_prefix(
+    header: RequestHeader, trusted_lane: tuple[NeutralMessage, ...]
+) -> tuple[NeutralMessage, ...]:
+    """The system prompt, the trusted lane messages and the session prefix, the last a
+    cache breakpoint. Memoized on the header (for the lane it was built with): consecutive
+    requests share these message objects, so comparing them costs little."""
+    memo = memo_of(header)
+    found = memo.prefix
+    if found is not None and found[0] == trusted_lane:  # lane messages compare by identity
+        built: tuple[NeutralMessage, ...] = found[1]
+        return built
+    messages: list[NeutralMessage] = []
+    if header.system_prompt:
+        messages.append(NeutralMessage(role="system", content=header.system_prompt))
+    messages += trusted_lane
+    messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
+    _with_breakpoint(messages)
+    prefix = tuple(messages)
+    memo.prefix = (trusted_lane, prefix)
+    return prefix
 
 
 def _tail(timestamp: str) -> NeutralMessage:
