@@ -34,8 +34,8 @@ class ItemMemo(weakref.ref):  # type: ignore[type-arg]
     span: Any
     """The newest history measured from this item as the first one, with its offsets."""
     prefix: Any
-    """Of a request header: the stable prefix messages last built from it, with the lane
-    messages they were built with."""
+    """Of a request header: the lane messages last built from it (its stable prefix and the
+    untrusted lane items), with the lane items they were built from."""
 
     def __new__(cls, item: object, key: int) -> ItemMemo:
         memo = super().__new__(cls, item, _drop)

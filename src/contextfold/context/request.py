@@ -321,9 +321,16 @@ class _Pairing:
     """Which tool calls are sent as calls, and which results answer them (prefix-stable:
     each decision depends only on earlier items)."""
 
-    def __init__(self, content_limit: int | None = None) -> None:
-        self.calls: set[str] = set()
-        self.answered: set[str] = set()
+    def __init__(
+        self,
+        content_limit: int | None = None,
+        calls: frozenset[str] = frozenset(),
+        answered: frozenset[str] = frozenset(),
+    ) -> None:
+        # Frozen, replaced when they grow: a history built further starts from the sets
+        # kept with the built one, without copying them.
+        self.calls = calls
+        self.answered = answered
         self.content_limit = content_limit
 
     def message(self, item: ContextItem, role: Role) -> NeutralMessage:
@@ -332,18 +339,14 @@ class _Pairing:
     def _decide(self, item: ContextItem, role: Role) -> _Sent:
         if role == "assistant":
             ids = [call.id for call in item.tool_calls]
-            if (
-                may_call_tools(item)
-                and len(set(ids)) == len(ids)
-                and not self.calls.intersection(ids)
-            ):
-                self.calls.update(ids)
+            if may_call_tools(item) and len(set(ids)) == len(ids) and self.calls.isdisjoint(ids):
+                self.calls = self.calls.union(ids)
                 return "calls"
             return "unverified"
         if role == "tool":
             call_id = item.tool_call_id
             if call_id is not None and call_id in self.calls and call_id not in self.answered:
-                self.answered.add(call_id)
+                self.answered = self.answered.union((call_id,))
                 return "tool"
             return "user"
         return role
@@ -411,9 +414,10 @@ def _history_messages(
         memo.built = {}
     key = (developer, trusted, limit)
     found: _Built | None = memo.built.get(key)
-    pairing = _Pairing(limit)
     start = 0
     messages: tuple[NeutralMessage, ...] = ()
+    calls: frozenset[str] = frozenset()
+    answered: frozenset[str] = frozenset()
     if found is not None and len(found.later) < len(history):
         done = len(found.later) + 1
         # Identical items compare by identity: a C loop, no item is compared field by field.
@@ -421,12 +425,13 @@ def _history_messages(
             if done == len(history):
                 return found.messages
             start, messages = done, found.messages
-            pairing.calls, pairing.answered = set(found.calls), set(found.answered)
+            calls, answered = found.calls, found.answered
+    pairing = _Pairing(limit, calls, answered)
     added = tuple(
         pairing.message(item, wire_role(item, developer, trusted)) for item in history[start:]
     )
     later = history[1:]
-    built = _Built(later, messages + added, frozenset(pairing.calls), frozenset(pairing.answered))
+    built = _Built(later, messages + added, pairing.calls, pairing.answered)
     memo.built[key] = built
     return built.messages
 
@@ -531,15 +536,8 @@ def build_request(
     trusted = header.trusted_actor_types  # from the journal, never the live registry
 
     limit = header.content_limit
-    lane = [_lane_message(i, wire_role(i, developer, trusted), limit) for i in system]
-    # Untrusted system-lane items (user on the wire) go after the trusted prefix, ahead of
-    # history: in lane order one would end Anthropic's leading system run, demoting every
-    # trusted item after it. So the cached instruction prefix never depends on external
-    # items (one arriving costs only the history after it, like any system-lane append);
-    # sorting here rather than at projection time keeps them compaction-immune and leaves
-    # trust to each request's header, as for every other role decision.
-    downgraded = [m for m in lane if m.role == "user"]
-    messages = list(_stable_prefix(header, tuple(m for m in lane if m.role != "user")))
+    prefix, downgraded = _lane(header, system)
+    messages = list(prefix)
     items = len(messages)
     messages += downgraded
     messages += _history_messages(history, developer, trusted, limit)
@@ -558,26 +556,38 @@ def build_request(
     )
 
 
-def _stable_prefix(
-    header: RequestHeader, trusted_lane: tuple[NeutralMessage, ...]
-) -> tuple[NeutralMessage, ...]:
-    """The system prompt, the trusted lane messages and the session prefix, the last a
-    cache breakpoint. Memoized on the header (for the lane it was built with): consecutive
-    requests share these message objects, so comparing them costs little."""
+def _lane(
+    header: RequestHeader, system: tuple[ContextItem, ...]
+) -> tuple[tuple[NeutralMessage, ...], tuple[NeutralMessage, ...]]:
+    """The stable prefix (the system prompt, the system lane's trusted items, the session
+    prefix; the last a cache breakpoint) and the lane's untrusted items. Memoized on the
+    header (for the lane items it was built from): consecutive requests share these message
+    objects, so comparing them costs little."""
     memo = memo_of(header)
     found = memo.prefix
-    if found is not None and found[0] == trusted_lane:  # lane messages compare by identity
-        built: tuple[NeutralMessage, ...] = found[1]
+    if found is not None and found[0] == system:  # identical items compare by identity
+        built: tuple[tuple[NeutralMessage, ...], tuple[NeutralMessage, ...]] = found[1]
         return built
+    developer = header.has_developer_role
+    trusted = header.trusted_actor_types
+    limit = header.content_limit
+    lane = [_lane_message(i, wire_role(i, developer, trusted), limit) for i in system]
+    # Untrusted system-lane items (user on the wire) go after the trusted prefix, ahead of
+    # history: in lane order one would end Anthropic's leading system run, demoting every
+    # trusted item after it. So the cached instruction prefix never depends on external
+    # items (one arriving costs only the history after it, like any system-lane append);
+    # sorting here rather than at projection time keeps them compaction-immune and leaves
+    # trust to each request's header, as for every other role decision.
+    downgraded = tuple(m for m in lane if m.role == "user")
     messages: list[NeutralMessage] = []
     if header.system_prompt:
         messages.append(NeutralMessage(role="system", content=header.system_prompt))
-    messages += trusted_lane
+    messages.extend(m for m in lane if m.role != "user")
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
-    prefix = tuple(messages)
-    memo.prefix = (trusted_lane, prefix)
-    return prefix
+    built = (tuple(messages), downgraded)
+    memo.prefix = (system, built)
+    return built
 
 
 def _tail(timestamp: str) -> NeutralMessage:
