@@ -239,7 +239,11 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
 
     @property
     def meta(self) -> EventMeta:
-        return _meta(self[6], self[7], self[8], self[9], self[10], self[11])
+        fields = self[6:]
+        # Channels kept as a tuple (an appended event's): no conversion, no call.
+        if builtins.type(fields[5]) is tuple:
+            return _make(EventMeta, fields)
+        return _meta(*fields)
 
     @property
     def cursor(self) -> str:
@@ -354,6 +358,8 @@ class Envelope(tuple, Generic[E]):  # type: ignore[type-arg]
     def meta(self) -> EventMeta:
         source = self[1]
         # A stored event's meta fields as they were read (see of()), or the EventMeta given.
+        if builtins.type(source) is tuple and builtins.type(source[5]) is tuple:
+            return _make(EventMeta, source)  # channels kept as a tuple: no conversion, no call
         return _meta(*source) if builtins.type(source) is tuple else source
 
     @property

@@ -15,7 +15,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, overload
 
 from ..events import Event, NewEvent, RawEvent, StoredEvent
@@ -43,6 +42,7 @@ from .encode import (
     check_stream,
     check_types,
     encode_events,
+    utc_now,
 )
 
 __all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
@@ -50,11 +50,7 @@ __all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
 S = TypeVar("S")
 
 
-def utc_now() -> datetime:
-    """The journal's default clock: the current time in UTC."""
-    return datetime.now(UTC)
-
-
+_make = tuple.__new__
 _ID_PREFIX = os.urandom(10).hex()
 _ID_COUNTER = itertools.count()
 
@@ -217,7 +213,7 @@ class Journal:
         )
         took = time.perf_counter() - started
         record_append(self.namespace, len(prepared), deduplicated=result.deduplicated, seconds=took)
-        if not result.deduplicated and self.folds.cache.holds(self.namespace, stream):
+        if not result.deduplicated and self._shared.folds.cache.holds(self.namespace, stream):
             self._fold_appended(stream, prepared, result)
         return result
 
@@ -231,19 +227,25 @@ class Journal:
         drawn = result.cursors  # the store's word, where an append's can have gaps
         if not last or (count > 1 and not drawn and not self.store.consecutive_globals):
             return  # which global positions they got is not known: their reads read them
+        namespace, first = self.namespace, result.first_position
+        # StoredEvent's fields laid out by hand (an encoded event's meta is an EventMeta,
+        # its fields in the stored order): no Python call per event.
         stored = tuple(
-            StoredEvent(
-                self.namespace,
-                stream,
-                result.first_position + offset,
-                int(drawn[offset]) if drawn else last - count + 1 + offset,
-                new.type,
-                new.data,
-                new.meta,
+            _make(
+                StoredEvent,
+                (
+                    namespace,
+                    stream,
+                    int(drawn[offset]) if drawn else last - count + 1 + offset,
+                    first + offset,
+                    new[0],
+                    new[1],
+                )
+                + new[2],
             )
             for offset, new in enumerate(prepared)
         )
-        self.folds.appended(self.namespace, stream, stored, previous=result.previous)
+        self._shared.folds.appended(namespace, stream, stored, previous=result.previous)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ class Journal:
         if limit is not None:
             check_limit(limit)
         names = check_types(types)
-        store = await self._ready()
+        store = self.store if self._shared.ready else await self._ready()
         return await store.read(self.namespace, stream, after=after, types=names, limit=limit)
 
     async def read_all(
@@ -296,13 +298,14 @@ class Journal:
         check_cursor("before", before)
         check_limit(limit)
         names = check_types(types) or ()
-        store = await self._ready()
+        store = self.store if self._shared.ready else await self._ready()
         return await store.latest(self.namespace, stream, names, before=before, limit=limit)
 
     async def head(self, stream: str) -> str | None:
         """The cursor of the stream's newest event (None when empty)."""
         check_stream(stream)
-        return await (await self._ready()).head(self.namespace, stream)
+        store = self.store if self._shared.ready else await self._ready()
+        return await store.head(self.namespace, stream)
 
     async def version(self, stream: str) -> int:
         """The stream's last position (0 when it does not exist)."""

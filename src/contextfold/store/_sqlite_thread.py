@@ -172,7 +172,7 @@ class SQLiteThread:
         if self._closed:
             raise StoreUnavailableError(f"{self._what} at {self.url} is closed")
         conn = self._conn
-        if conn is None or not self._busy.acquire(blocking=False):
+        if conn is None or not self._busy.acquire(False):
             return []
         try:
             if self._pending:
@@ -267,7 +267,7 @@ class SQLiteThread:
         conn = self._conn
         if conn is None or self._checkpointing or self._read_only or not self._inline_sync:
             return []
-        if not self._busy.acquire(blocking=False):
+        if not self._busy.acquire(False):
             return []
         try:
             if self._pending:

@@ -123,6 +123,18 @@ def _row(namespace: str, stream: str, position: int, e: NewEvent) -> tuple[Any, 
     )
 
 
+def _values(namespace: str, stream: str, first: int, events: Sequence[NewEvent]) -> list[Any]:
+    """The :func:`_row` of each event, one after another: the parameters of one insert of
+    them all (without a call and an 11-step loop per event)."""
+    values: list[Any] = []
+    join = _CHANNEL_SEP.join
+    for position, (type_name, data, meta) in enumerate(events, first):
+        values += (namespace, stream, position, type_name, data)
+        values += meta[:5]  # event_id, time, run_id, actor, idempotency_key: column order
+        values.append(join(meta.channels))
+    return values
+
+
 class SQLiteStore(Store):
     """A store in one SQLite file (WAL). ``synchronous`` trades power-loss safety for speed:
     ``"NORMAL"`` (default) survives a killed process, ``"FULL"`` also a power cut.
@@ -192,12 +204,9 @@ class SQLiteStore(Store):
                 cursor.execute(_INSERT, _row(namespace, stream, version + 1, events[0]))
                 last_global = cursor.lastrowid
             elif len(events) <= _ONE_STATEMENT:
-                values = [
-                    value
-                    for i, e in enumerate(events, 1)
-                    for value in _row(namespace, stream, version + i, e)
-                ]
-                cursor.execute(_INSERTS[len(events)], values)
+                cursor.execute(
+                    _INSERTS[len(events)], _values(namespace, stream, version + 1, events)
+                )
                 last_global = cursor.lastrowid
             else:
                 rows = [_row(namespace, stream, version + i, e) for i, e in enumerate(events, 1)]
