@@ -101,8 +101,11 @@ class FoldCache:
         self._streams: dict[tuple[Any, Any], dict[tuple[Any, ...], None]] = {}
 
     def get(self, key: tuple[Any, ...], now: float) -> _Entry | None:
-        self._expire(now)
-        entry = self._entries.get(key)
+        entries = self._entries
+        # The oldest entry checked here first: mostly none has expired, and no call is made.
+        if entries and now - next(iter(entries.values())).touched > self.ttl:
+            self._expire(now)
+        entry = entries.get(key)
         if entry is None:
             return None
         if now - entry.touched > self.ttl:
@@ -252,21 +255,15 @@ class FoldReader:
         # stream's head. Any head seen during this call will do: a state at it holds every
         # event stored before the call. With no read in flight that takes no lock to see.
         seen: Any = known_head
-
-        def at_version(entry: Any) -> bool:
-            return (
-                known_head is _UNASKED
-                and known_version is not None
-                and known_version == entry.version
-            )
+        # A known version alone tells the state current (a state at it); with a known head,
+        # the head decides (a stream deleted and made again reaches an old version, never an
+        # old head: global positions are not reused).
+        version = known_version if known_head is _UNASKED else None
 
         flight = self._locks.get(key)
         if flight is None:
             cached = self.cache.get(key, self._clock())
-            # A known version alone tells the state current; with a known head, the head
-            # decides (a stream deleted and made again reaches an old version, never an old
-            # head: global positions are not reused).
-            if cached is not None and at_version(cached):
+            if cached is not None and version is not None and version == cached.version:
                 return cached.state, cached.cursor
             # A known head also tells a read's state current: at it, nothing follows its last.
             if cached is not None and (cached.applied or seen is not _UNASKED):
@@ -282,7 +279,7 @@ class FoldReader:
         try:
             async with flight.lock:
                 cached = self.cache.get(key, self._clock())
-                if cached is not None and at_version(cached):
+                if cached is not None and version is not None and version == cached.version:
                     return cached.state, cached.cursor
                 if cached is not None and (cached.applied or seen is not _UNASKED):
                     state, cursor, head = cached.state, cached.cursor, cached.head
