@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -406,7 +407,8 @@ def _history_messages(
 ) -> tuple[NeutralMessage, ...]:
     """The messages of ``history``, one per item in order. Memoized on the first item: the
     newest history built from it, by how it was built. Pairing is prefix-stable, so a
-    history extending a built one only builds its new items: a request costs what is new."""
+    history extending a built one only builds its new items: a request costs what is new;
+    one the built history extends (an earlier request, rebuilt) is a prefix of its messages."""
     if not history:
         return ()
     memo = memo_of(history[0])
@@ -414,6 +416,12 @@ def _history_messages(
         memo.built = {}
     key = (developer, trusted, limit)
     found: _Built | None = memo.built.get(key)
+    if (
+        found is not None
+        and len(history) <= len(found.later)
+        and history[1:] == found.later[: len(history) - 1]
+    ):
+        return found.messages[: len(history)]  # the built one is kept: it is the newest
     start = 0
     messages: tuple[NeutralMessage, ...] = ()
     calls: frozenset[str] = frozenset()
@@ -457,26 +465,30 @@ def _with_breakpoint(messages: list[NeutralMessage], start: int = 0) -> None:
         )
 
 
-def _span(history: tuple[ContextItem, ...]) -> tuple[int, int]:
-    """(newest offset, newest compaction offset) of ``history``, 0 when none. Memoized on
-    the first item (the newest history measured from it, without that item), so a history
-    extending it is measured from its new items on."""
+def _span(history: tuple[ContextItem, ...]) -> tuple[int, int, tuple[int, ...]]:
+    """(newest offset, newest compaction offset, newest offset through each item) of
+    ``history``, 0 when none. Memoized on the first item (the newest history measured from
+    it, without that item), so a history extending it is measured from its new items on."""
     if not history:
-        return 0, 0
+        return 0, 0, ()
     memo = memo_of(history[0])
     start, newest, compacted = 0, 0, 0
-    found: tuple[tuple[ContextItem, ...], int, int] | None = memo.span
+    running: tuple[int, ...] = ()
+    found: tuple[tuple[ContextItem, ...], int, int, tuple[int, ...]] | None = memo.span
     # Identical items compare by identity: the prefix check is a C loop.
     if found is not None and len(found[0]) < len(history):
         done = len(found[0]) + 1
         if history[1:done] == found[0]:
-            start, newest, compacted = done, found[1], found[2]
+            start, newest, compacted, running = done, found[1], found[2], found[3]
+    more: list[int] = []
     for item in history[start:]:
         newest = max(newest, item.offset)
+        more.append(newest)
         if item.compaction is not None:
             compacted = max(compacted, item.offset)
-    memo.span = (history[1:], newest, compacted)
-    return newest, compacted
+    running += tuple(more)
+    memo.span = (history[1:], newest, compacted, running)
+    return newest, compacted, running
 
 
 def _select(
@@ -484,7 +496,7 @@ def _select(
 ) -> tuple[tuple[ContextItem, ...], tuple[ContextItem, ...]]:
     if through is None:
         return state.system, state.history
-    newest, compacted = _span(state.history)
+    newest, compacted, running = _span(state.history)
     if compacted > through:
         raise RenderError(
             f"a compaction after @{through} removed items request @{through} saw; "
@@ -492,7 +504,10 @@ def _select(
         )
     history = state.history
     if newest > through:
-        history = tuple(item for item in history if item.offset <= through)
+        # Every item before the first whose running newest offset passes ``through`` is
+        # kept (found by bisection): only the items from it on are looked at one by one.
+        kept = bisect_right(running, through)
+        history = history[:kept] + tuple(i for i in history[kept:] if i.offset <= through)
     return tuple(item for item in state.system if item.offset <= through), history
 
 

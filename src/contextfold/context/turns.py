@@ -215,6 +215,11 @@ class _Journal(_Reader, Protocol):
     ) -> tuple[StoredEvent, ...]: ...
 
 
+# Made once: the state is frozen, and every request's turn state is folded from it (making
+# one validates each field).
+_EMPTY = Turns.initial_state()
+
+
 def fold_turns(state: TurnState, stored: StoredEvent) -> TurnState:
     """``state`` with one stored event folded in; what does not decode is skipped, as the
     fold reader skips it."""
@@ -228,7 +233,7 @@ def fold_turns(state: TurnState, stored: StoredEvent) -> TurnState:
 async def turns_through(journal: _Reader, stream: str, offset: int | None = None) -> TurnState:
     """The turn state folded through ``offset`` (inclusive; None: the head), from the
     stream's start."""
-    state = Turns.initial_state()
+    state = _EMPTY
     events = journal.read_all(stream, types=Turns.event_types)
     async with aclosing(events):  # type: ignore[type-var]
         async for stored in events:
@@ -248,9 +253,9 @@ async def turn_state(journal: _Journal, stream: str, through: int | None = None)
     """
     newest = await journal.latest(stream, [TurnCompiled])
     if not newest:
-        return Turns.initial_state()
+        return _EMPTY
     start = newest[0]
-    state = fold_turns(Turns.initial_state(), start)
+    state = fold_turns(_EMPTY, start)
     if (through is not None and start.position > through) or state.turn_at is None:
         return await turns_through(journal, stream, through)
     events = journal.read_all(stream, after=start.cursor, types=Turns.event_types)
