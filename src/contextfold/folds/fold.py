@@ -159,7 +159,10 @@ class FoldBase(Generic[S]):
         seal = self._step_seal()
         try:
             work = registered.apply(self._working(state), envelope)
-            if seal is not None:
+            # The default seal returns a state of a frozen type as it is (see _fold_steps).
+            if seal is not None and not (
+                type(work) in _LEAVES and getattr(seal, "__func__", None) is FoldBase._seal
+            ):
                 work = seal(work)
         except MissingSegmentError:
             return state, "missing-segment"

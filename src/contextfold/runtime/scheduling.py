@@ -358,8 +358,9 @@ def decide(sched: SchedulerState, context: AgentContextState, budgets: TurnBudge
         return Decision("retry", f"request @{sched.last_request} has no response")
     if sched.outstanding:
         return Decision("run-tools", f"{len(sched.outstanding)} tool call(s) to answer")
-    waking = [t for t in sched.pending if t.behaviour != "none"]
-    human = [t for t in waking if t.kind != "feedback"]
+    # Mostly nothing is pending (tool calls or a continuation): no comprehensions then.
+    waking = [t for t in sched.pending if t.behaviour != "none"] if sched.pending else []
+    human = [t for t in waking if t.kind != "feedback"] if waking else []
     if sched.halted is not None and not human:
         return Decision("idle", f"halted ({sched.halted}) until a user or integration item")
     if waking:
