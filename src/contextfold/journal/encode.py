@@ -63,17 +63,18 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-_SECOND: list[object] = [None, ""]  # the last whole second _utc_now_text wrote, and its text
+# The last whole second _utc_now_text wrote and its text, one tuple: threads read a pair.
+_SECOND: list[tuple[int | None, str]] = [(None, "")]
 
 
 def _utc_now_text() -> str:
     """``utc_now().isoformat()``: the date and time of day formatted once per second (an
     aware datetime's isoformat costs several times an encoded event's own bookkeeping)."""
     second, micro = divmod(_time.time_ns() // 1000, 1_000_000)  # floored, as datetime.now
-    if second != _SECOND[0]:
-        _SECOND[:] = second, datetime.fromtimestamp(second, UTC).isoformat()[:19]
-    prefix = _SECOND[1]
-    return f"{prefix}.{micro:06d}+00:00" if micro else f"{prefix}+00:00"
+    last = _SECOND[0]
+    if last[0] != second:
+        last = _SECOND[0] = (second, datetime.fromtimestamp(second, UTC).isoformat()[:19])
+    return f"{last[1]}.{micro:06d}+00:00" if micro else f"{last[1]}+00:00"
 
 
 def _surrogate_in(text: str) -> int | None:
