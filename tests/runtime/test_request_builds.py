@@ -111,7 +111,12 @@ async def test_a_request_the_gate_estimated_is_rendered_once_and_measured_as_sen
 
         monkeypatch.setattr(module, "render_request", counting)
     measured: list[int] = []
-    monkeypatch.setattr(compacting, "body_size", lambda *a: measured.append(1) or 0)
+
+    def measuring(*args: Any) -> int:
+        measured.append(1)
+        return 0
+
+    monkeypatch.setattr(compacting, "body_size", measuring)
     sent: list[bytes] = []
     original_complete = agent.model.complete
 
