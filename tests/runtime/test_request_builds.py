@@ -50,12 +50,18 @@ async def _turns(journal: Journal, agent: Agent, n: int) -> list[int]:
     return requests
 
 
+async def _agent_after_a_turn(journal: Journal) -> Agent:
+    """An agent that made its first request (which has no previous: no estimate)."""
+    await journal.append(STREAM, system_prompt("You read files."))
+    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    await _turns(journal, agent, 1)
+    return agent
+
+
 async def test_a_request_the_gate_estimated_is_built_once(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await journal.append(STREAM, system_prompt("You read files."))
-    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
-    await _turns(journal, agent, 1)  # the first request has no previous: no estimate
+    agent = await _agent_after_a_turn(journal)
     built = _count_builds(monkeypatch)
     requests = await _turns(journal, agent, 4)
     assert len(requests) == 8
@@ -66,9 +72,7 @@ async def test_a_request_the_gate_estimated_is_built_once(
 async def test_an_item_landing_after_the_estimate_is_in_the_request(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await journal.append(STREAM, system_prompt("You read files."))
-    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
-    await _turns(journal, agent, 1)
+    agent = await _agent_after_a_turn(journal)
     gate = compacting.CompactionSteps._relieve_pressure
     landed: list[int] = []
 
@@ -97,9 +101,7 @@ async def test_an_item_landing_after_the_estimate_is_in_the_request(
 async def test_a_request_the_gate_estimated_is_rendered_once_and_measured_as_sent(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await journal.append(STREAM, system_prompt("You read files."))
-    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
-    await _turns(journal, agent, 1)
+    agent = await _agent_after_a_turn(journal)
     rendered: list[bytes] = []
     for module in (compacting, turn):
         original = module.render_request
