@@ -139,7 +139,8 @@ async def test_a_model_call_cancelled_from_inside_is_a_provider_error() -> None:
 
 @pytest.mark.parametrize(
     ("method", "at"),
-    [("fold", 1), ("fold", 2), ("latest", 1)],
+    # A step reads its two folds as of one head look (Journal._fold_at each).
+    [("_fold_at", 1), ("_fold_at", 2), ("latest", 1)],
     ids=["a step's fold", "its second fold", "the request's manifest look-up"],
 )
 async def test_a_cancel_a_library_swallowed_stops_the_agent_before_the_model_call(

@@ -48,6 +48,7 @@ from .encode import (
 __all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 
 _make = tuple.__new__
@@ -384,6 +385,24 @@ class Journal:
             await self._ready()
         started = time.perf_counter()
         state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, run_id=run_id)
+        record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
+        return state
+
+    async def _folds_at_one_head(
+        self, first: FoldBase[S], second: FoldBase[T], stream: str
+    ) -> tuple[S, T]:
+        """``(fold(first, stream), fold(second, stream))`` as of one look at the stream's head:
+        both states through the same event, with one head check for the two instead of one
+        each (an agent reads its context and its scheduler together). Not for run-scoped
+        folds."""
+        check_stream(stream)
+        store = self.store if self._shared.ready else await self._ready()
+        head = await store.head(self.namespace, stream)
+        return await self._fold_at(first, stream, head), await self._fold_at(second, stream, head)
+
+    async def _fold_at(self, fold: FoldBase[S], stream: str, head: str | None) -> S:
+        started = time.perf_counter()
+        state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, known_head=head)
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 

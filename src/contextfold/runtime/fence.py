@@ -66,6 +66,7 @@ from .scheduling import AGENT
 __all__ = ["FencedJournal", "LeaseState", "StreamLease", "StreamLeased", "decode_lease"]
 
 S = TypeVar("S")
+T = TypeVar("T")
 
 log = logging.getLogger("contextfold.runtime")
 
@@ -504,6 +505,13 @@ class FencedJournal(Journal):
         )
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
+
+    async def _folds_at_one_head(
+        self, first: FoldBase[S], second: FoldBase[T], stream: str
+    ) -> tuple[S, T]:
+        if stream == self.lease.stream and self.lease.known is not None:
+            return await self.fold(first, stream), await self.fold(second, stream)  # no read
+        return await super()._folds_at_one_head(first, second, stream)
 
     async def append(
         self,
