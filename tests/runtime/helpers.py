@@ -162,6 +162,19 @@ class Observer:
 
 
 # --- a side-effecting tool for the at-most-once tests ---
+def lookup(path: str) -> str:
+    """Read a file."""
+    return f"contents of {path}"
+
+
+def lookup_then_answer(request: NeutralRequest) -> cf.ModelOutput | str:
+    """A model that calls ``lookup`` once per user message, then answers ``done``."""
+    if request.messages[-2].role == "tool":
+        return "done"
+    n = len(request.messages)
+    return cf.ModelOutput(tool_calls=(cf.ToolCall(id=f"c{n}", name="lookup", arguments="{}"),))
+
+
 # ``charge`` appends a line to a marker file (the side effect a payment API would make),
 # then answers or blocks until killed.
 

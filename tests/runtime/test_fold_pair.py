@@ -13,19 +13,7 @@ from contextfold.journal import Journal
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.scheduling import Scheduler
 from contextfold.store.memory import MemoryStore
-from tests.runtime.helpers import STREAM
-
-
-def lookup(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
-
-
-def _model(request: cf.NeutralRequest) -> cf.ModelOutput | str:
-    if request.messages[-2].role == "tool":
-        return "done"
-    n = len(request.messages)
-    return cf.ModelOutput(tool_calls=(cf.ToolCall(id=f"c{n}", name="lookup", arguments="{}"),))
+from tests.runtime.helpers import STREAM, lookup, lookup_then_answer
 
 
 def _count_heads(store: MemoryStore, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -46,7 +34,7 @@ async def test_a_tool_turn_checks_the_head_once_per_pair_of_folds(
     store = MemoryStore()
     journal = Journal(store)
     await journal.append(STREAM, system_prompt("You read files."))
-    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    agent = Agent(journal, STREAM, cf.FunctionModel(lookup_then_answer), tools=[lookup])
     await journal.append(STREAM, cf.ContextAdded(role="user", content="read a"))
     await agent.run_until_idle()  # the first turn reads both folds cold
     heads = _count_heads(store, monkeypatch)

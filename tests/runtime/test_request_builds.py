@@ -13,19 +13,7 @@ from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal
 from contextfold.runtime import compacting, turn
 from contextfold.runtime.loop import Agent, system_prompt
-from tests.runtime.helpers import STREAM
-
-
-def lookup(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
-
-
-def _model(request: cf.NeutralRequest) -> cf.ModelOutput | str:
-    if request.messages[-2].role == "tool":
-        return "done"
-    n = len(request.messages)
-    return cf.ModelOutput(tool_calls=(cf.ToolCall(id=f"c{n}", name="lookup", arguments="{}"),))
+from tests.runtime.helpers import STREAM, lookup, lookup_then_answer
 
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -53,7 +41,7 @@ async def _turns(journal: Journal, agent: Agent, n: int) -> list[int]:
 async def _agent_after_a_turn(journal: Journal) -> Agent:
     """An agent that made its first request (which has no previous: no estimate)."""
     await journal.append(STREAM, system_prompt("You read files."))
-    agent = Agent(journal, STREAM, cf.FunctionModel(_model), tools=[lookup])
+    agent = Agent(journal, STREAM, cf.FunctionModel(lookup_then_answer), tools=[lookup])
     await _turns(journal, agent, 1)
     return agent
 
