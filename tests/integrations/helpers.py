@@ -44,11 +44,13 @@ from pydantic_ai.messages import (
     CapabilityLoadDeltaPart,
     Citation,
     CompactionPart,
+    DataCapabilityPart,
     ContentCitationAnchor,
     DocumentCitationSource,
     DocumentUrl,
     FilePart,
     ImageUrl,
+    InstructionCapabilityPart,
     InstructionBaselinePart,
     InstructionDeltaPart,
     InstructionDigest,
@@ -67,6 +69,7 @@ from pydantic_ai.messages import (
     NativeToolReturnPart,
     NativeToolSearchCallPart,
     NativeToolSearchReturnPart,
+    OperatorSource,
     RetryFeedbackPart,
     RetryInfo,
     RetryPromptPart,
@@ -83,6 +86,7 @@ from pydantic_ai.messages import (
     ToolSearchCallPart,
     ToolSearchReturnPart,
     UploadedFile,
+    UserSource,
     UserPromptPart,
     VideoUrl,
     WebCitationSource,
@@ -390,6 +394,23 @@ _PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\x00\x80"
 LEGACY = frozenset({"legacy-retry-tool-return", "legacy-retry-feedback"})
 
 
+@dataclass(kw_only=True)
+class ProgressPart(
+    DataCapabilityPart[StructuredContent | str],
+    namespace="tests",
+    tag="progress_report",
+    attributes=("task_id",),
+):
+    """A capability part of the data voice, with a typed field of its own (pydantic-ai 2.78)."""
+
+    task_id: str
+
+
+@dataclass(kw_only=True)
+class RequestsLeftPart(InstructionCapabilityPart, namespace="tests"):
+    """A capability part of the instruction voice, scoped to one request."""
+
+
 def installed_tags(union: Any) -> frozenset[str]:
     """The discriminator tags of a pydantic-ai part union (``ModelRequestPart``, …)."""
     members = typing.get_args(typing.get_args(union)[0])
@@ -480,6 +501,15 @@ def _request_parts(text: str, data: bytes, signature: str) -> dict[str, Callable
             ]
         ),
         "compaction": lambda: CompactionPart(text, metadata={"by": "app"}),
+        "capability": lambda: ProgressPart(
+            content=StructuredContent({"done": 3, "of": [text, None]}),
+            source=UserSource(),
+            task_id=text,
+            capability_id="cap-1",
+            metadata={"seen": [1.5]},
+            timestamp=T0,
+            record_id="rec-1",
+        ),
     }
 
 
@@ -550,6 +580,12 @@ def conversation(
     request: list[ModelRequestPart] = [
         make() for make in _request_parts(text, data, signature).values()
     ]
+    # A capability part of the other voice, as an application enqueues it for one request.
+    request.append(
+        RequestsLeftPart(
+            content=text, source=OperatorSource(), scope="request", timestamp=T0, record_id="rec-2"
+        )
+    )
     response: list[ModelResponsePart] = [
         make() for make in _response_parts(text, data, signature).values()
     ]
