@@ -52,7 +52,7 @@ async def test_append_then_read_round_trip(server: Running, journal: cf.Journal)
     assert [e.payload for e in stored] == payloads
 
     streams = (await server.client.get("/v1/streams")).json()
-    assert streams == {"streams": [{"stream": "agent/main", "version": 4}]}
+    assert streams == {"streams": [{"stream": "agent/main", "version": 4}], "next": None}
 
 
 async def test_pages_continue_from_the_cursor(server: Running) -> None:
@@ -102,9 +102,9 @@ async def test_wrong_expected_version_is_a_conflict(server: Running, journal: cf
 async def test_namespaces_are_isolated(server: Running, journal: cf.Journal) -> None:
     tenant = {"X-Contextfold-Namespace": "tenant-a"}
     assert (await _post(server.client, "s", {"events": _events("a")}, **tenant)).status_code == 201
-    assert (await server.client.get("/v1/streams")).json() == {"streams": []}
+    assert (await server.client.get("/v1/streams")).json() == {"streams": [], "next": None}
     listed = (await server.client.get("/v1/streams", headers=tenant)).json()
-    assert listed == {"streams": [{"stream": "s", "version": 1}]}
+    assert listed == {"streams": [{"stream": "s", "version": 1}], "next": None}
     assert await journal.with_namespace("tenant-a").version("s") == 1
     assert await journal.version("s") == 0
     # the query parameter is the fallback for EventSource; it must agree with the header
@@ -120,6 +120,49 @@ async def test_prefix_and_limit_of_the_stream_list(server: Running) -> None:
     for name in ("a/1", "a/2", "b/1"):
         await _post(server.client, name, {"events": _events("x")})
     listed = await server.client.get("/v1/streams", params={"prefix": "a/", "limit": 1})
-    assert listed.json() == {"streams": [{"stream": "a/1", "version": 1}]}
-    bad = await server.client.get("/v1/streams", params={"limit": "0"})
-    assert bad.status_code == 400 and bad.json()["error"]["type"] == "InvalidInputError"
+    assert listed.json() == {"streams": [{"stream": "a/1", "version": 1}], "next": "a/1"}
+    rest = await server.client.get("/v1/streams", params={"prefix": "a/", "after": "a/1"})
+    assert rest.json() == {"streams": [{"stream": "a/2", "version": 1}], "next": None}
+    for limit in ("0", "1001", "x"):
+        bad = await server.client.get("/v1/streams", params={"limit": limit})
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "InvalidInputError"
+        assert f"limit={limit!r}" in bad.json()["error"]["message"]
+
+
+async def test_the_stream_list_pages_past_a_thousand_streams_with_its_next_cursor(
+    server: Running, journal: cf.Journal
+) -> None:
+    names = sorted(f"s/{n:04}" for n in range(1003))
+    for name in names:
+        await journal.append(name, cf.RawEvent("note", {}))
+    first = (await server.client.get("/v1/streams")).json()
+    assert len(first["streams"]) == 1000 and first["next"] == names[999]
+    listed = [info["stream"] for info in first["streams"]]
+    after: str | None = first["next"]
+    while after is not None:
+        page = (await server.client.get("/v1/streams", params={"after": after, "limit": 2})).json()
+        listed += [info["stream"] for info in page["streams"]]
+        after = page["next"]
+    assert listed == names
+    # a cursor whose stream was deleted meanwhile still goes on from its place
+    await journal.delete_stream(names[500])
+    gone = await server.client.get("/v1/streams", params={"after": names[500], "limit": 1})
+    assert gone.json() == {"streams": [{"stream": names[501], "version": 1}], "next": names[501]}
+
+
+async def test_the_stream_list_refuses_a_malformed_cursor_and_unknown_parameters(
+    server: Running,
+) -> None:
+    await _post(server.client, "s", {"events": _events("x")})
+    queries: list[tuple[tuple[tuple[str, str], ...], str]] = [
+        ((("after", " s"),), "after=' s'"),
+        ((("after", "a\x01b"),), "control character"),
+        ((("cursor", "s"),), "'cursor'"),
+        ((("prefx", "s"),), "'prefx'"),
+        ((("limit", "1"), ("limit", "2")), "'limit' is given twice"),
+    ]
+    for query, named in queries:
+        refused = await server.client.get("/v1/streams", params=query)
+        assert refused.status_code == 400, (query, refused.text)
+        assert refused.json()["error"]["type"] == "InvalidInputError"
+        assert named in refused.json()["error"]["message"], refused.text

@@ -105,7 +105,7 @@ def test_serve_runs_a_journal_until_interrupted(tmp_path: Path) -> None:
         body = {"events": [{"type": "note", "payload": {"text": "hi"}}]}
         assert client.post("/v1/streams/s/events", json=body, headers=auth).status_code == 201
         listed = client.get("/v1/streams", headers=auth).json()
-        assert listed == {"streams": [{"stream": "s", "version": 1}]}
+        assert listed == {"streams": [{"stream": "s", "version": 1}], "next": None}
         # on loopback only loopback Host headers are served (DNS rebinding)
         rebound = client.get("/v1/streams", headers={**auth, "Host": "evil.example"})
         assert rebound.status_code == 400
@@ -228,7 +228,7 @@ def test_serve_finds_the_journal_every_command_uses_with_its_transcript(
     try:
         served.wait_ready()
         listed = served.client.get("/v1/streams").json()
-        assert listed == {"streams": [{"stream": "chat", "version": 1}]}
+        assert listed == {"streams": [{"stream": "chat", "version": 1}], "next": None}
         rows = served.client.get("/v1/sessions/chat/transcript").json()
         assert [entry["message"]["id"] for entry in rows["messages"]] == ["m1"]
         assert rows["messages"][0]["parts"][0]["text"] == "hello?"

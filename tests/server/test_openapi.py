@@ -249,6 +249,9 @@ async def test_the_documented_error_statuses_are_real(tmp_path: Path) -> None:
             document = (await client.get(OPENAPI_PATH, headers=AUTH)).json()
             event = {"events": [{"type": "note", "payload": {}}]}
             provoked: dict[tuple[str, str, str], Callable[[], Awaitable[httpx.Response]]] = {
+                ("get", "/v1/streams", "400"): lambda: client.get(
+                    "/v1/streams", params={"page": "2"}, headers=AUTH
+                ),
                 ("get", "/v1/streams/{stream}/events", "404"): lambda: client.get(
                     "/v1/streams/nope/events", headers=AUTH
                 ),

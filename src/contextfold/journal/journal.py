@@ -325,13 +325,20 @@ class Journal:
         return await (await self._ready()).delete_stream(self.namespace, stream)
 
     async def list_streams(
-        self, *, prefix: str | None = None, limit: int | None = None
+        self, *, prefix: str | None = None, limit: int | None = None, after: str | None = None
     ) -> tuple[StreamInfo, ...]:
-        """Streams of the namespace, sorted by name, optionally by prefix."""
+        """Streams of the namespace, sorted by name (code point order), optionally by prefix:
+        at most ``limit``, and with ``after`` (a stream name, which need not exist any more)
+        only those named after it, so a page goes on from the last name of the one before.
+        Raises InvalidInputError for a bad prefix or limit, InvalidStreamNameError for an
+        ``after`` that is no stream name."""
         check_prefix(prefix)
         if limit is not None:
             check_limit(limit)
-        return await (await self._ready()).list_streams(self.namespace, prefix=prefix, limit=limit)
+        if after is not None:
+            check_stream(after)
+        store = await self._ready()
+        return await store.list_streams(self.namespace, prefix=prefix, limit=limit, after=after)
 
     @overload
     def subscribe(

@@ -195,9 +195,9 @@ class SyncJournal:
         return self._call(self.journal.delete_stream(stream))
 
     def list_streams(
-        self, *, prefix: str | None = None, limit: int | None = None
+        self, *, prefix: str | None = None, limit: int | None = None, after: str | None = None
     ) -> tuple[StreamInfo, ...]:
-        return self._call(self.journal.list_streams(prefix=prefix, limit=limit))
+        return self._call(self.journal.list_streams(prefix=prefix, limit=limit, after=after))
 
     @overload
     def subscribe(

@@ -11,7 +11,7 @@ actorless items.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
@@ -32,6 +32,7 @@ __all__ = [
     "MAX_META_CHARS",
     "NAMESPACE_HEADER",
     "AppendRequest",
+    "check_query",
     "parse_append",
     "query_int",
     "read_json",
@@ -232,6 +233,21 @@ def _json_kind(value: Any) -> str:
     return {bool: "a boolean", str: "a string", list: "a list", dict: "an object"}.get(
         type(value), "a number"
     )
+
+
+def check_query(request: Request, allowed: Collection[str]) -> None:
+    """Raise InvalidInputError naming a query parameter the route does not take (a typo
+    would otherwise be ignored and the answer look right), or one given twice."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name not in allowed:
+            raise InvalidInputError(
+                f"unknown query parameter {name[:80]!r}: this route takes "
+                f"{', '.join(sorted(allowed))}"
+            )
+        if name in seen:
+            raise InvalidInputError(f"query parameter {name!r} is given twice: send it once")
+        seen.add(name)
 
 
 def query_int(request: Request, name: str, *, default: int, low: int, high: int) -> int:

@@ -49,8 +49,13 @@ def append_json(result: AppendResult) -> dict[str, Any]:
     }
 
 
-def streams_json(streams: Sequence[StreamInfo]) -> dict[str, Any]:
-    return {"streams": [{"stream": info.stream, "version": info.version} for info in streams]}
+def streams_json(streams: Sequence[StreamInfo], next_after: str | None) -> dict[str, Any]:
+    """A page of streams, and ``next``: the ``after`` of the page that follows (None when
+    this page is the last)."""
+    return {
+        "streams": [{"stream": info.stream, "version": info.version} for info in streams],
+        "next": next_after,
+    }
 
 
 def _item_json(item: ContextItem, state: AgentContextState, developer_role: bool) -> dict[str, Any]:

@@ -204,13 +204,21 @@ def openapi_schema(
     }
     paths["/v1/streams"] = {
         "get": ops.api(
-            "The streams of the namespace with their versions, by name.",
-            {"200": _json("The streams.", schema_ref("Streams"))},
+            "A page of the namespace's streams with their versions, by name (code point "
+            "order). next is the after of the following page, null on the last; a query "
+            "parameter not listed here gets 400.",
+            {"200": _json("The page of streams.", schema_ref("Streams"))},
             parameters=[
                 _query("prefix", "Only streams whose name starts with this.", {"type": "string"}),
                 _query(
+                    "after",
+                    "Only streams named after this one (the next of the previous page); it "
+                    "need not name a stream any more. 400 for a value that is no stream name.",
+                    name,
+                ),
+                _query(
                     "limit",
-                    "Most streams listed.",
+                    "Most streams in the page.",
                     {
                         "type": "integer",
                         "minimum": 1,

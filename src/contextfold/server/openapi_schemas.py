@@ -174,7 +174,7 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
         },
         "Streams": {
             "type": "object",
-            "required": ["streams"],
+            "required": ["streams", "next"],
             "properties": {
                 "streams": {
                     "type": "array",
@@ -183,7 +183,12 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
                         "required": ["stream", "version"],
                         "properties": {"stream": {"type": "string"}, "version": position},
                     },
-                }
+                },
+                "next": {
+                    "type": ["string", "null"],
+                    "description": "Pass it as after= for the following page; null: this "
+                    "page is the last.",
+                },
             },
         },
         "ContextEntry": {

@@ -21,7 +21,7 @@ from ..inspection import require_cursor, require_stream, verification_json, veri
 from ..journal import Journal
 from ..journal.encode import check_stream
 from ..store.base import TailReset, parse_cursor
-from .body import parse_append, query_int, read_json, resolve_namespace
+from .body import check_query, parse_append, query_int, read_json, resolve_namespace
 from .encode import (
     append_json,
     context_json,
@@ -39,6 +39,7 @@ SHA256_HEADER = "X-Contextfold-Sha256"
 TRANSPORT_HEADER = "X-Contextfold-Transport"
 MANIFEST_HEADER = "X-Contextfold-Manifest-Hash"
 _REQUEST_VIEWS = ("body", "manifest")
+_LIST_QUERY = frozenset({"after", "limit", "namespace", "prefix"})
 
 
 class StreamRoutes:
@@ -92,11 +93,27 @@ class StreamRoutes:
         return journal, stream
 
     async def list_streams(self, request: Request) -> Response:
-        """``GET /v1/streams?prefix=&limit=``: streams of the namespace with their versions."""
+        """``GET /v1/streams?prefix=&after=&limit=``: a page of the namespace's streams by
+        name, with their versions, and ``next``: the ``after`` of the following page (null
+        on the last). 400 for a query parameter it does not take or an ``after`` that is
+        no stream name."""
+        check_query(request, _LIST_QUERY)
         journal, _ = self._scope(request)
         limit = query_int(request, "limit", default=MAX_PAGE, low=1, high=MAX_PAGE)
         prefix = request.query_params.get("prefix") or None
-        return JSONResponse(streams_json(await journal.list_streams(prefix=prefix, limit=limit)))
+        after = request.query_params.get("after") or None
+        if after is not None:
+            try:
+                check_stream(after)
+            except InvalidInputError as exc:
+                raise InvalidInputError(
+                    f"query parameter after={after[:80]!r} is no stream name ({exc}): pass "
+                    "the next of a previous page, or leave it out to list from the start"
+                ) from None
+        found = await journal.list_streams(prefix=prefix, limit=limit + 1, after=after)
+        page = found[:limit]
+        more = len(found) > limit
+        return JSONResponse(streams_json(page, page[-1].stream if more else None))
 
     async def append(self, request: Request) -> Response:
         """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""

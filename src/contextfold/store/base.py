@@ -233,9 +233,16 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> tuple[StreamInfo, ...]:
-        """Streams of the namespace, sorted by name, optionally filtered by prefix."""
+        """Streams of the namespace, sorted by name (code point order), optionally filtered
+        by prefix; with ``after``, only those whose name sorts after it (a page starting
+        after the last name of the previous one: ``after`` need not name a stream)."""
 
     @functools.cached_property
     def wakeups(self) -> Wakeups:

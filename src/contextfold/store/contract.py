@@ -355,6 +355,33 @@ class StoreContract(TailContract):
 
         self.run(t)
 
+    def test_list_streams_pages_after_a_name(self) -> None:
+        async def t(s: Store) -> None:
+            names = ["a", "a/1", "a/2", "b", "s-🚀", "z", "é", "🚀"]  # code point order
+            for name in reversed(names):
+                await _append(s, name, new_event("e", {}))
+            await _append(s, "c", new_event("e", {}), namespace="contract-other")
+            listed: list[str] = []
+            after: str | None = None
+            while page := await s.list_streams(NAMESPACE, limit=3, after=after):
+                listed.extend(info.stream for info in page)
+                after = page[-1].stream
+                await s.delete_stream(NAMESPACE, after)  # a page's last may go meanwhile
+            assert listed == names
+            kept = ["a", "a/1", "b", "s-🚀", "é"]
+            assert [i.stream for i in await s.list_streams(NAMESPACE, after="a")] == kept[1:]
+            # a name that is no stream is a place in the order all the same
+            between = await s.list_streams(NAMESPACE, after="a/0")
+            assert [i.stream for i in between] == kept[1:]
+            chats = await s.list_streams(NAMESPACE, prefix="a", after="a")
+            assert [(i.stream, i.version) for i in chats] == [("a/1", 1)]
+            assert await s.list_streams(NAMESPACE, after="é") == ()
+            assert await s.list_streams(NAMESPACE, prefix="b", after="c") == ()
+            others = await s.list_streams("contract-other", after="b")
+            assert [i.stream for i in others] == ["c"]
+
+        self.run(t)
+
     def test_latest_of_types(self) -> None:
         async def t(s: Store) -> None:
             batch = [new_event("cp", {"n": 1}), new_event("e", {}), new_event("cp", {"n": 2})]

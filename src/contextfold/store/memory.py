@@ -172,10 +172,17 @@ class MemoryStore(Store):
         return found
 
     async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> tuple[StreamInfo, ...]:
         names = sorted(
-            s for (ns, s) in self._streams if ns == namespace and s.startswith(prefix or "")
+            s
+            for (ns, s) in self._streams
+            if ns == namespace and s.startswith(prefix or "") and (after is None or s > after)
         )
         infos = [StreamInfo(s, len(self._streams[(namespace, s)].events)) for s in names]
         return tuple(infos[:limit] if limit is not None else infos)

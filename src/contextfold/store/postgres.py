@@ -395,14 +395,21 @@ class PostgresStore(Store):
         return found.rowcount > 0
 
     async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> tuple[StreamInfo, ...]:
         sql = "SELECT stream, version FROM cf_streams WHERE namespace = %(ns)s"
         if prefix:
             # The range lets the primary key serve the scan; starts_with is exact (no LIKE escapes).
             sql += " AND stream >= %(p)s AND starts_with(stream, %(p)s)"
+        if after is not None:
+            sql += " AND stream > %(after)s"  # COLLATE "C": code point order
         sql += " ORDER BY stream LIMIT %(limit)s"
-        args = {"ns": namespace, "p": prefix, "limit": limit}
+        args = {"ns": namespace, "p": prefix, "after": after, "limit": limit}
         doing = f"listing the streams of namespace {namespace!r}"
         rows = await self._query(doing, sql, args, tuple_row)
         return tuple(StreamInfo(s, int(v)) for s, v in rows)

@@ -393,7 +393,12 @@ class SQLiteStore(Store):
         return found
 
     async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> tuple[StreamInfo, ...]:
         def work(conn: sqlite3.Connection) -> tuple[StreamInfo, ...]:
             sql = "SELECT stream, version FROM cf_streams WHERE namespace = ?"
@@ -402,6 +407,10 @@ class SQLiteStore(Store):
                 # substr comparison instead of LIKE: stream names may hold % and _.
                 sql += " AND substr(stream, 1, ?) = ?"
                 args.extend([len(prefix), prefix])
+            if after is not None:
+                # BINARY collation compares UTF-8 bytes: code point order, as sorted() does.
+                sql += " AND stream > ?"
+                args.append(after)
             sql += " ORDER BY stream"
             if limit is not None:
                 sql += " LIMIT ?"

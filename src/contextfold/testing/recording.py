@@ -285,13 +285,18 @@ class RecordingStore(Store):
         )
 
     async def list_streams(
-        self, namespace: str, *, prefix: str | None = None, limit: int | None = None
+        self,
+        namespace: str,
+        *,
+        prefix: str | None = None,
+        limit: int | None = None,
+        after: str | None = None,
     ) -> tuple[StreamInfo, ...]:
-        args = {"namespace": namespace, "prefix": prefix, "limit": limit}
+        args = {"namespace": namespace, "prefix": prefix, "limit": limit, "after": after}
         return await self._record(
             "list_streams",
             args,
-            lambda: self.inner.list_streams(namespace, prefix=prefix, limit=limit),
+            lambda: self.inner.list_streams(namespace, prefix=prefix, limit=limit, after=after),
         )
 
     @property
