@@ -20,6 +20,8 @@ from contextfold.context.state import SYSTEM_PROMPT_KEY
 from contextfold.journal import open_journal
 from contextfold.render.envelope import TurnContext, compile_turn
 from contextfold.runtime import dispatch as dispatch_module
+from contextfold.timeline.build import build_timeline
+from contextfold.timeline.stats import stats_of
 
 
 def run_demo(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -110,3 +112,23 @@ def test_demo_shows_the_manifest_of_each_event_driven_request(demo: tuple[Path, 
     assert len(manifests) >= 2  # the turn's requests, before and after the steer
     assert len({digest for _, digest in manifests}) >= 2
     assert "→ injected" in out
+
+
+async def test_demo_trace_shows_every_turn_the_chat_turn_and_its_steer_included(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    db, printed = tmp_path / "demo.db", io.StringIO()
+    assert await demo_module.run_demo(db, console=Console(file=printed, width=200))
+    async with open_journal(f"sqlite:///{db}") as journal:
+        timeline = await build_timeline(journal, "demo/coding-session")
+    turns = len(demo_module.QUESTIONS) + 1  # the questions, then the chat turn
+    assert len(timeline.turns) == stats_of(timeline).turns == turns
+    chat = timeline.turns[-1]
+    kinds = [(i.kind, i.actor) for i in chat.items if i.kind in ("trigger", "steer")]
+    assert kinds == [("trigger", "user:npub-morgan"), ("steer", "user:npub-morgan")]
+    manifests = re.findall(r"request @(\d+) manifest sha256:", printed.getvalue())
+    assert [r.offset for r in chat.requests] == [int(n) for n in manifests]
+    webhooks = [i for t in timeline.turns for i in t.items if i.actor == "webhook:ci"]
+    assert webhooks and {i.role for i in webhooks} == {"user"}

@@ -1,10 +1,14 @@
 """A stream's timeline: its turns as nested spans, derived from the journal alone.
 
 A turn starts with what woke the agent (the trigger items: a user's question, a webhook,
-any item that wakes the model by its request policy) and holds every request the agent
-made until the next trigger: each request @N with its streamed answer, its tool calls
-and their results, and what else landed meanwhile (items that wake nothing, compaction
-summaries, halts; an item landing while the agent is idle belongs to the next turn).
+a turn the dispatcher compiled, any item that wakes the model by its request policy, as
+the scheduler counts them, whoever wrote it) and holds every request the agent made until
+the next trigger: each request @N with its streamed answer, its tool calls and their
+results, and what else landed meanwhile (items that wake nothing, steers the dispatcher
+accepted into the open turn, compaction summaries, halts; an item landing while the agent
+is idle belongs to the next turn). Each item shows the role the model received it as: the
+trust rules of the first request after it (an untrusted webhook's developer item is sent
+as ``user``).
 Latencies are journal times: a request is sent when its ``RequestRecorded`` is appended
 and answered when its ``LlmResponse`` is.
 
@@ -37,7 +41,9 @@ from ..context.events import (
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded
 from ..context.request import build_request
-from ..context.state import AgentContextState
+from ..context.state import AgentContextState, ContextItem
+from ..context.trust import wire_role
+from ..context.turns import SteerAccepted, item_sha256
 from ..errors import ContextfoldError
 from ..events import Event, StoredEvent
 from ..runtime.scheduling import AGENT, TOOL_WRITER, AgentHalted, behaviour_of
@@ -67,7 +73,10 @@ Verify = Literal["ok", "drift", "error", "unsent"]
 """A request's verify status: its rebuild gives the recorded bytes (``ok``), other bytes
 (``drift``), no bytes (``error``), or it was never sent (``unsent``: no record)."""
 
-ItemKind = Literal["trigger", "context", "compaction", "halt"]
+ItemKind = Literal["trigger", "steer", "context", "compaction", "halt"]
+"""What an item is to its turn: what started it (``trigger``), an event the dispatcher
+steered into it (``steer``: its next request answers it), what landed meanwhile
+(``context``), a compaction summary, or the loop halting itself (``halt``)."""
 
 E = TypeVar("E", bound=Event)
 
@@ -177,6 +186,9 @@ class TraceItem:
     position: int
     time: str
     role: str | None = None
+    """The role the model received the item as (the trust rules decide it: a webhook's
+    developer item is ``user``); until a request sends it, the role the latest request's
+    rules would give it. None for a halt."""
     actor: str | None = None
     """The item's actor (``type`` or ``type:id``), else its journal writer."""
     text: str = ""
@@ -247,6 +259,10 @@ class TimelineBuilder:
         self._calls: dict[str, tuple[int, int]] = {}  # call id -> (request, index)
         self._turns: list[_Turn] = []
         self._pending: list[TraceItem] = []
+        # Items no request has sent yet, where they are listed: the next request's header
+        # decides the role the model receives each as.
+        self._unsent: list[tuple[list[TraceItem], int, ContextItem]] = []
+        self._steer: tuple[int, str] | None = None  # the item a SteerAccepted promised
 
     def add(self, stored: StoredEvent) -> None:
         """Fold one event (the next of the stream)."""
@@ -297,6 +313,10 @@ class TimelineBuilder:
                 output_chars=len(result.content),
                 not_rerun=result.is_error and result.content == NOT_RERUN,
             )
+        elif kind == SteerAccepted.event_type and stored.meta.actor == AGENT:
+            # Only the runtime's record counts (as for the turn fold); its item is next.
+            steer = _decode(stored, SteerAccepted)
+            self._steer = (stored.position + 1, steer.item_sha256)
         elif kind == LlmRequestInterrupted.event_type:
             stopped = _decode(stored, LlmRequestInterrupted)
             reason = stopped.reason or "interrupted"
@@ -314,7 +334,10 @@ class TimelineBuilder:
 
     def _item(self, stored: StoredEvent, item: ContextAdded) -> None:
         writer = stored.meta.actor
-        if writer in (AGENT, TOOL_WRITER) and item.compaction is None:
+        steer, self._steer = self._steer, None
+        if item.compaction is None and (
+            writer == TOOL_WRITER or (writer == AGENT and item.role == "assistant")
+        ):
             return  # the agent's answers and tool results: part of their request already
         actor = writer
         if item.actor is not None:
@@ -322,23 +345,50 @@ class TimelineBuilder:
         kind: ItemKind = "context"
         if item.compaction is not None:
             kind = "compaction"
-        elif writer not in (AGENT, TOOL_WRITER) and behaviour_of(item) != "none":
+        elif (
+            writer == AGENT
+            and steer is not None
+            and steer == (stored.position, item_sha256(item.content))
+        ):
+            kind = "steer"
+        elif behaviour_of(item) != "none":
+            # The scheduler's rule, whoever wrote it: the dispatcher appends a turn's
+            # envelope as the runtime, and that turn is a turn like any other.
             kind = "trigger"
+        sent = ContextItem(
+            offset=stored.position,
+            role=item.role,
+            actor=item.actor,
+            tool_call_id=item.tool_call_id,
+            compaction=item.compaction,
+        )
+        header = self._state.header
         trace = TraceItem(
             kind=kind,
             position=stored.position,
             time=stored.meta.time,
-            role=item.role,
+            role=wire_role(
+                sent,
+                header.has_developer_role if header is not None else True,
+                header.trusted_actor_types if header is not None else (),
+            ),
             actor=actor,
             text=_preview(item.content),
             chars=len(item.content),
             through=item.compaction.replaces_history_through if item.compaction else None,
             usage=item.compaction.usage if item.compaction else None,
         )
-        if self._turns and (kind == "compaction" or (kind == "context" and self._busy())):
-            self._turns[-1].items.append(trace)
-        else:  # a trigger, or context that arrived while idle: it belongs to what comes next
-            self._pending.append(trace)
+        waiting = any(i.kind == "trigger" for i in self._pending)
+        if self._turns and (
+            kind == "compaction"
+            or (kind == "steer" and not waiting)
+            or (kind == "context" and self._busy())
+        ):
+            listed = self._turns[-1].items
+        else:  # a trigger, or what arrived before its turn's first request
+            listed = self._pending
+        listed.append(trace)
+        self._unsent.append((listed, len(listed) - 1, sent))
 
     def _busy(self) -> bool:
         """Whether the current turn's latest request still waits for its answer or for
@@ -355,14 +405,20 @@ class TimelineBuilder:
 
     def _request(self, stored: StoredEvent, event: LlmRequestRequested) -> None:
         offset = stored.position
+        state = self._state
+        header = state.header if state.request_offset == offset else None
+        if header is not None:  # this request sent them: its rules gave them their roles
+            developer, trusted = header.has_developer_role, header.trusted_actor_types
+            for listed, index, sent in self._unsent:
+                role = wire_role(sent, developer, trusted)
+                listed[index] = replace(listed[index], role=role)
+        self._unsent.clear()
         if any(i.kind == "trigger" for i in self._pending) or not self._turns:
             self._turns.append(_Turn())
         turn = self._turns[-1]
         turn.items.extend(self._pending)
         self._pending.clear()
         turn.offsets.append(offset)
-        state = self._state
-        header = state.header if state.request_offset == offset else None
         trace = RequestTrace(
             offset=offset,
             requested_at=stored.meta.time,
