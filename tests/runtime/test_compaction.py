@@ -219,6 +219,29 @@ async def test_no_compaction_through_another_model_than_the_recorded_one(
     assert await verify_requests(journal, STREAM) == ()
 
 
+async def test_no_compaction_with_developer_messages_through_a_model_without_that_role(
+    journal: Journal,
+) -> None:
+    """A request recorded with the developer role is not re-sent, as a summary request, to
+    a model whose server is not confirmed to take it (a local server answering 500): the
+    new request, logged with that model's roles, is compacted once measured."""
+    await journal.append(STREAM, system_prompt("Agent."))
+    await journal.append(STREAM, ContextAdded(role="developer", content="Be terse."))
+    await journal.append(STREAM, user("first question"))
+    first = Model()
+    await Agent(journal, STREAM, FunctionModel(first)).run_until_idle()
+    second = Model()
+    await journal.append(STREAM, user("HEAVY " + "y" * 20_000))
+    local = FunctionModel(second, model="contextfold-local", developer_role=False)
+    report = await Agent(journal, STREAM, local, compaction_threshold=0.5).run_until_idle()
+    [measured] = report.requests
+    assert report.compactions == [measured]  # not the developer-role request before it
+    [summarizer] = second.summaries
+    assert "developer" not in {m.role for m in summarizer.messages}
+    assert summarizer.messages[-1].role == "user"
+    assert await verify_requests(journal, STREAM) == ()
+
+
 async def test_catch_up_compacts_only_the_newest_over_threshold_request_once(
     journal: Journal,
 ) -> None:

@@ -59,7 +59,7 @@ from ..events import Envelope, Event
 from ..folds.fold import Fold
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
-from ..runtime.clients import ModelClient
+from ..runtime.clients import ModelClient, developer_role_of
 from ..wire import (
     ModelOutput,
     NeutralRequest,
@@ -341,6 +341,7 @@ class JournalModel(Model):
                 max_tokens=settings.max_tokens,
                 temperature=settings.temperature,
                 trusted_actor_types=trusted_extensions(),
+                developer_role=developer_role_of(self.client),
             )
         except ValidationError as exc:
             raise RenderError(f"the request header cannot be recorded: {exc}") from exc

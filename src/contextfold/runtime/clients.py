@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from .._aio import CancelWatch
 from ..errors import ModelError
@@ -34,6 +35,7 @@ __all__ = [
     "OnDelta",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "developer_role_of",
 ]
 
 OnDelta = Callable[[str, str], Awaitable[None] | None]
@@ -44,7 +46,8 @@ class ModelClient(Protocol):
     """Anything that completes a request. ``transport`` picks the wire format rendered.
 
     ``complete`` raises ModelError when the provider fails (streaming included) and lets
-    a cancellation through as it is.
+    a cancellation through as it is. A client may also have ``developer_role`` (see
+    :func:`developer_role_of`): one without it gets its transport's default.
     """
 
     transport: Transport
@@ -53,6 +56,16 @@ class ModelClient(Protocol):
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
     ) -> ModelOutput: ...
+
+
+def developer_role_of(client: ModelClient) -> bool | None:
+    """Whether ``client``'s endpoint takes the native ``developer`` role (None: its
+    transport's default), as the agent records it in each request header
+    (``RequestHeader.developer_role``) so that rebuilds render the same roles."""
+    role = getattr(client, "developer_role", None)
+    if role is not None and not isinstance(role, bool):
+        raise TypeError(f"{type(client).__name__}.developer_role must be a bool or None")
+    return role
 
 
 class _DeltaFailed(Exception):
@@ -105,11 +118,15 @@ class FunctionModel:
         model: str = "function-model",
         transport: Transport = "openai-chat",
         stream_chunk: int = 0,
+        developer_role: bool | None = None,
     ) -> None:
         self.fn = fn
         self.model = model
         self.transport: Transport = transport
         self.stream_chunk = stream_chunk
+        self.developer_role = developer_role
+        """Whether the requests it gets use the ``developer`` role (None: the transport's
+        default), to test an agent as a server without one sees it."""
 
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
@@ -156,6 +173,8 @@ class _SDKModel(abc.ABC):
     """
 
     transport: Transport
+    developer_role: bool | None = None
+    """The transport's default: Anthropic has no developer role."""
 
     def __init__(
         self,
@@ -243,6 +262,48 @@ def _openai_client(base_url: str | None, api_key: str | None) -> Any:
     return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 
+def _openai_own(client: Any) -> bool:
+    """Whether ``client`` talks to OpenAI's own API (a client without a base URL, a test
+    double, counts as OpenAI's: nothing says otherwise)."""
+    base_url = getattr(client, "base_url", None)
+    if base_url is None:
+        return True
+    host = (urlsplit(str(base_url)).hostname or "").lower()
+    return host == "openai.com" or host.endswith(".openai.com")
+
+
+class _OpenAIModel(_SDKModel):
+    """An OpenAI transport, on OpenAI's API or any server that speaks it (base_url).
+
+    Only OpenAI's own API is known to take the ``developer`` role: a client pointed at
+    another server (vLLM, Ollama, llama.cpp, whose chat templates may know no such role)
+    sends trusted context as ``system`` unless ``developer_role=True`` confirms it has
+    one; ``developer_role=False`` sends ``system`` to OpenAI too.
+    """
+
+    _default_client = staticmethod(_openai_client)
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        client: Any = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        developer_role: bool | None = None,
+    ):
+        super().__init__(model, client=client, base_url=base_url, api_key=api_key)
+        if developer_role is not None and not isinstance(developer_role, bool):
+            raise TypeError(
+                f"developer_role must be True, False or None, not {type(developer_role).__name__}"
+            )
+        if developer_role is None and not _openai_own(self.client):
+            developer_role = False
+        # None on OpenAI's own API: the transport's default, as requests recorded before
+        # this setting existed (their headers, and so their rebuilds, stay as they were).
+        self.developer_role = developer_role
+
+
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
@@ -261,12 +322,11 @@ async def _openai_post(
     )
 
 
-class OpenAIChatModel(_SDKModel):
-    """OpenAI Chat Completions, or any OpenAI-compatible server (vLLM, Ollama) via base_url."""
+class OpenAIChatModel(_OpenAIModel):
+    """OpenAI Chat Completions, or any OpenAI-compatible server (vLLM, Ollama) via base_url
+    (which sends trusted context as ``system`` unless ``developer_role=True``)."""
 
     transport: Transport = "openai-chat"
-
-    _default_client = staticmethod(_openai_client)
 
     async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
         chat = _import_sdk("openai", "OpenAI").types.chat
@@ -286,12 +346,10 @@ class OpenAIChatModel(_SDKModel):
         return openai_chat.StreamReader()
 
 
-class OpenAIResponsesModel(_SDKModel):
+class OpenAIResponsesModel(_OpenAIModel):
     """The OpenAI Responses API."""
 
     transport: Transport = "openai-responses"
-
-    _default_client = staticmethod(_openai_client)
 
     async def _post(self, body: dict[str, Any], content: bytes, stream: bool) -> Any:
         responses = _import_sdk("openai", "OpenAI").types.responses

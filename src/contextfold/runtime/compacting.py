@@ -32,6 +32,7 @@ from ..context.state import AgentContextState
 from ..errors import CompactionError, RenderError
 from ..wire import NeutralRequest, Transport, body_size, render_request
 from .carried import Planned
+from .clients import developer_role_of
 from .events import CompactionFinished, CompactionStarted
 from .instance import RunReport
 from .lease import confirm_claim
@@ -226,6 +227,18 @@ class CompactionSteps(MaterializingSteps):
                 self.stream,
                 recorded_for,
                 self.model.transport,
+            )
+            return None
+        assert state.header is not None  # its transport matched
+        mine = state.header.model_copy(update={"developer_role": developer_role_of(self.model)})
+        if state.header.has_developer_role and not mine.has_developer_role:
+            # Its developer messages would reach a server not known to take them (one that
+            # answers 500 to the role): the next request, in this model's terms, is instead.
+            log.warning(
+                "not compacting request @%s of %r: recorded with the developer role, which "
+                "this model's server is not confirmed to take",
+                offset,
+                self.stream,
             )
             return None
         return neutral if neutral is not None else build_summary_request(state, through=offset)

@@ -34,6 +34,7 @@ from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVe
 from ..events import Envelope, NewEvent, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .carried import Carried, Planned, RequestDue, ToolsStarted, seen_through
+from .clients import developer_role_of
 from .compacting import CompactionSteps
 from .events import (
     DeltaReceived,
@@ -108,12 +109,12 @@ class TurnSteps(CompactionSteps):
         prefix = await self.prefix.get()
         # The registry is process state: the header records it so rebuilds agree.
         trusted = trusted_extensions()
+        developer = developer_role_of(self.model)
         # repr: -0.0 == 0.0 and 1 == 1.0, but their bytes differ.
         made_of = (
             prefix,
             trusted,
-            self.model.transport,
-            self.model.model,
+            (self.model.transport, self.model.model, developer),
             self.toolbox.definitions,
             self.max_tokens,
             repr(self.temperature),
@@ -133,6 +134,7 @@ class TurnSteps(CompactionSteps):
             temperature=self.temperature,
             stream=self.stream_responses,
             content_limit=self.content_limit,
+            developer_role=developer,
         )
         self._header_made = (made_of, header)
         return header
@@ -426,11 +428,8 @@ class TurnSteps(CompactionSteps):
         # newer request has superseded @offset, only items from now on can interrupt it.
         cancel = CancelWatch()  # a cancel the connection pool swallowed still ends the watch
         latest = await self.journal.latest(self.stream, [LlmRequestRequested])
-        cursor: str | None
-        if latest and latest[0].position == offset:
-            cursor = latest[0].cursor
-        else:
-            cursor = await self.journal.head(self.stream)
+        here = bool(latest) and latest[0].position == offset
+        cursor = latest[0].cursor if here else await self.journal.head(self.stream)
         cancel.check()  # else the tail below would wait forever and hold the turn with it
         if answered.is_set():
             return None
