@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ from typer.testing import CliRunner, Result
 import contextfold as cf
 from contextfold.cli import URL_ENV, app
 from contextfold.telemetry import shared_prefix
+from contextfold.timeline import PriceTable
+from contextfold.timeline.build import Timeline, build_timeline
+from contextfold.timeline.stats import stats_of, stats_text
 from contextfold.wire import ModelOutput, NeutralRequest, Usage
 
 runner = CliRunner()
@@ -117,3 +121,69 @@ def test_stats_mistakes_are_one_line_and_create_nothing(
     bad.write_text(json.dumps({"gpt-4.1": {"input": "cheap", "output": 1}}))
     line = _one_error(invoke("stats", STREAM, "--url", url, "--prices", str(bad)))
     assert "gpt-4.1.input" in line
+
+
+@pytest.fixture
+def sparse_url(tmp_path: Path) -> str:
+    """A journal whose one answered request reported no cache count (and has no previous
+    request to compare bytes with), and a question the agent has not been asked yet."""
+    url = f"sqlite:///{tmp_path / 'sparse.db'}"
+
+    async def run() -> None:
+        async with cf.open_journal(url) as journal:
+            usage = Usage(input_tokens=40, output_tokens=3)
+            model = cf.FunctionModel(lambda _: ModelOutput(text="hi", usage=usage), model="m-1")
+            await journal.append(STREAM, cf.system_prompt("Be brief."))
+            await journal.append(STREAM, cf.ContextAdded(role="user", content="q"))
+            await cf.Agent(journal, STREAM, model).run_until_idle()
+            await journal.append("quiet", cf.ContextAdded(role="user", content="anyone?"))
+
+    asyncio.run(run())
+    return url
+
+
+def _broken(lines: list[str]) -> list[str]:
+    return [line for line in lines if "not reported" in line or "None" in line or "?" in line]
+
+
+def test_stats_text_reads_as_sentences_when_values_are_missing(
+    sparse_url: str, tmp_path: Path
+) -> None:
+    result = invoke("stats", STREAM, "--url", sparse_url)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert _broken(lines) == []
+    assert lines[3] == (
+        "cache: no request has a previous one to compare its bytes with; "
+        "the provider did not report how many input tokens were cached"
+    )
+
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"other-model": {"input": 1, "output": 1}}))
+    priced = invoke("stats", STREAM, "--url", sparse_url, "--prices", str(prices))
+    assert priced.exit_code == 0, priced.stderr
+    assert priced.stdout.splitlines()[4] == "cost: the price table has no price for m-1"
+
+    quiet = invoke("stats", "quiet", "--url", sparse_url, "--prices", str(prices))
+    assert quiet.exit_code == 0, quiet.stderr
+    lines = quiet.stdout.splitlines()
+    assert _broken(lines) == []
+    assert lines[0] == "stream quiet: 1 event, no model recorded"
+    assert lines[4] == "cost: no answered request to price"
+    assert lines[5] == "verify: no requests"
+
+
+def test_stats_text_names_an_unknown_window_and_a_model_without_a_name(sparse_url: str) -> None:
+    async def build() -> Timeline:
+        async with cf.open_journal(sparse_url) as journal:
+            return await build_timeline(journal, STREAM)
+
+    stats = stats_of(asyncio.run(build()), PriceTable())
+    assert stats.unpriced_models == ("m-1",)
+    odd = replace(stats, context_window=None, unpriced_models=("?", "m-1"))
+    lines = list(stats_text(odd))
+    assert _broken(lines) == []
+    assert lines[0].endswith("model m-1, window unknown")
+    assert lines[4] == (
+        "cost: the price table has no price for m-1, a request without a model name"
+    )

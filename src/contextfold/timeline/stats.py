@@ -74,6 +74,8 @@ class Stats:
     lanes: tuple[LaneTokens, ...]
     latest_input_tokens: int | None
     """The input tokens the provider reported for the latest answered request."""
+    priced: bool = False
+    """Whether a price table was given (``cost`` may still be None: nothing it prices)."""
 
 
 def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
@@ -138,6 +140,7 @@ def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
         latest_input_tokens=answered[-1].usage.input_tokens
         if answered and answered[-1].usage
         else None,
+        priced=prices is not None,
     )
 
 
@@ -173,34 +176,55 @@ def stats_json(stats: Stats) -> dict[str, Any]:
     }
 
 
-def _share(value: float | None) -> str:
-    return "not reported" if value is None else f"{value:.1%}"
+def _cache_text(stats: Stats) -> str:
+    if stats.prefix_share is None:
+        repeated = "no request has a previous one to compare its bytes with"
+    else:
+        repeated = f"{stats.prefix_share:.1%} of request bytes repeat the previous request exactly"
+    if stats.cached_share is None:
+        cached = "the provider did not report how many input tokens were cached"
+    else:
+        cached = f"the provider reported {stats.cached_share:.1%} of input tokens cached"
+    return f"cache: {repeated}; {cached}"
+
+
+def _cost_text(stats: Stats) -> str:
+    # "?" stands for an answered request that recorded no model name (see stats_of).
+    names = [name for name in stats.unpriced_models if name != "?"]
+    if "?" in stats.unpriced_models:
+        names.append("a request without a model name")
+    missing = ", ".join(names)
+    if stats.cost is not None:
+        return f"cost ${stats.cost:.4f}" + (f" (no price for {missing})" if missing else "")
+    if not stats.priced:
+        return "cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)"
+    if missing:
+        return f"cost: the price table has no price for {missing}"
+    return "cost: no answered request to price"
 
 
 def stats_text(stats: Stats) -> tuple[str, ...]:
     """The stats as lines of text, one subject each (``contextfold stats``); the lanes as
-    tab-separated rows under a header row."""
-    model = (
-        f"model {stats.model}, window {stats.context_window} tokens" if stats.model else "no model"
-    )
-    if stats.cost is not None:
-        missing = ", ".join(stats.unpriced_models)
-        cost = f"cost ${stats.cost:.4f}" + (f" (no price for {missing})" if missing else "")
-    else:
-        cost = "cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)"
-    verify = ", ".join(f"{count} {name}" for name, count in stats.verify.items() if count)
+    tab-separated rows under a header row. Each line reads as a sentence when a value is
+    missing (no model recorded, no window, nothing the provider reported, nothing priced)."""
     window = stats.context_window
+    if stats.model is None:
+        model = "no model recorded"
+    else:
+        limit = f"{window} tokens" if window else "unknown"
+        model = f"model {stats.model}, window {limit}"
+    verify = ", ".join(f"{count} {name}" for name, count in stats.verify.items() if count)
+    events = f"{stats.version} event" + ("" if stats.version == 1 else "s")
     return (
-        f"stream {stats.stream}: {stats.version} events, {model}",
+        f"stream {stats.stream}: {events}, {model}",
         f"requests {stats.requests} ({stats.answered} answered, {stats.sends} sent), "
         f"turns {stats.turns}, tool calls {stats.tool_calls} ({stats.tool_errors} failed), "
         f"compactions {stats.compactions}",
         f"tokens input {stats.input_tokens} (cached {stats.cached_input_tokens}, cache writes "
         f"{stats.cache_write_tokens}), output {stats.output_tokens} (reasoning "
         f"{stats.reasoning_tokens})",
-        f"cache: {_share(stats.prefix_share)} of request bytes repeat the previous request "
-        f"exactly; the provider reported {_share(stats.cached_share)} of input tokens cached",
-        cost,
+        _cache_text(stats),
+        _cost_text(stats),
         f"verify: {verify or 'no requests'}",
         "lane\titems\ttokens\tof window",
         *(
