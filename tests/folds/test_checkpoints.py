@@ -583,6 +583,23 @@ async def test_two_checkpointing_folds_with_one_name_and_version_fail(
     assert await cf.Journal(store).fold(second, "s") == await journal.fold(first, "s")
 
 
+async def test_checkpointing_folds_sharing_a_name_across_versions_warn(
+    store: RecordingStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Of one name, two versions restore only their own checkpoints (no failure), but they
+    share the name's metrics: that is warned, once per fold object."""
+    journal = cf.Journal(store)
+    first, second = chat_fold(version=1), chat_fold(version=2)
+    await journal.append("s", Said(text="a"))
+    with caplog.at_level(logging.WARNING, logger="contextfold.folds"):
+        await journal.fold(first, "s")
+        await journal.checkpoint(second, "s", summarize_all_but(0))
+        await journal.fold(second, "s")
+    [warned] = [r.getMessage() for r in caplog.records if "fold-name-shared" in r.getMessage()]
+    assert "'chat'" in warned and "versions 1 and 2" in warned
+    assert texts(await journal.fold(first, "s")) == ["a"]  # v2's checkpoint is not v1's
+
+
 async def test_folds_sharing_a_name_but_no_checkpoints_only_warn(
     store: RecordingStore, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -191,11 +191,16 @@ class FoldReader:
                     f"{fold.name}@{fold.version} on this journal; each would restore the other's "
                     "checkpoints. Define each fold once and share the object, or rename/version one"
                 )
+        # Two checkpointing folds of one name and version failed above; any other pair of
+        # folds sharing a name (versions differing included) shares its metrics.
         other = self._names.setdefault(fold.name, fold)
-        if other is not fold and not (fold.can_checkpoint and other.can_checkpoint):
+        if other is not fold:
             log.warning(
-                "fold-name-shared: different folds are named %r; metrics report them as one",
+                "fold-name-shared: different folds are named %r (versions %d and %d); "
+                "metrics report them as one: rename one",
                 fold.name,
+                other.version,
+                fold.version,
             )
 
     # -- reporting ----------------------------------------------------------------------------
