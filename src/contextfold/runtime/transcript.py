@@ -4,8 +4,10 @@ does into transcript stream events (rows at boundaries, deltas on the bus only).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import assert_never
+from collections.abc import Callable, Mapping
+from typing import Any, assert_never
+
+import orjson
 
 from ..context.projection import AgentContext
 from ..context.state import ContextItem
@@ -25,6 +27,7 @@ from ..transcript.stream import (
     ToolStateChanged,
 )
 from ..transcript.writer import TranscriptWriter
+from ..wire import ToolCall
 from .events import (
     CompactionFinished,
     CompactionStarted,
@@ -62,6 +65,19 @@ def _item_message(offset: int) -> str:
     return f"item-{offset}"
 
 
+def _input(call: ToolCall) -> Mapping[str, Any]:
+    """The call's arguments as the tool part's ``input``: the JSON object the model sent
+    ("" is no arguments). Arguments that are no JSON object (the agent records no such
+    call: it cannot run) leave it empty."""
+    if not call.arguments.strip():
+        return {}
+    try:
+        parsed = orjson.loads(call.arguments)
+    except orjson.JSONDecodeError:
+        return {}
+    return parsed if isinstance(parsed, dict) else {}
+
+
 class TranscriptObserver:
     """Writes one assistant message per model request, in stream order: its step-start, its
     text (streamed as bus deltas, stored at the end), its tool parts (pending, running,
@@ -96,7 +112,8 @@ class TranscriptObserver:
         self.writer, self.session, self.clock = writer, session, clock
         self.journal = journal
         self.stream = session if stream is None else stream
-        self._open: dict[str, tuple[int, str]] = {}  # tool call id -> request offset, tool
+        # tool call id -> request offset, tool, arguments
+        self._open: dict[str, tuple[int, str, Mapping[str, Any]]] = {}
         self._current: int | None = None  # the request whose text is streaming
         self._through: int | None = None  # items below this offset are written
         self._parent: str | None = None  # the user message the latest request answered
@@ -244,7 +261,8 @@ class TranscriptObserver:
             TextEnd(session=s, message_id=message, part_id=text, time=now, text=output.text)
         )
         for call in output.tool_calls:
-            self._open[call.id] = (offset, call.name)
+            arguments = _input(call)
+            self._open[call.id] = (offset, call.name, arguments)
             await self._tool_state(
                 ToolStateChanged(
                     session=s,
@@ -254,6 +272,7 @@ class TranscriptObserver:
                     tool=call.name,
                     state="pending",
                     time=now,
+                    input=arguments,
                 ),
                 offset,
             )
@@ -276,8 +295,9 @@ class TranscriptObserver:
 
     async def _tool_start(self, event: ToolStarted) -> None:
         call = event.call
-        offset, _tool = self._open.get(call.id, (None, None))
-        if offset is not None:
+        opened = self._open.get(call.id)
+        if opened is not None:
+            offset = opened[0]
             await self._tool_state(
                 ToolStateChanged(
                     session=self.session,
@@ -287,15 +307,17 @@ class TranscriptObserver:
                     tool=call.name,
                     state="running",
                     time=self.clock(),
+                    input=opened[2],
                 ),
                 offset,
             )
 
     async def _tool_end(self, event: ToolFinished) -> None:
         call, outcome = event.call, event.outcome
-        offset, _tool = self._open.pop(call.id, (None, None))
-        if offset is None:
+        opened = self._open.pop(call.id, None)
+        if opened is None:
             return
+        offset = opened[0]
         message = self._ids(offset)[0]
         state = "error" if outcome.is_error else "completed"
         await self._tool_state(
@@ -307,12 +329,13 @@ class TranscriptObserver:
                 tool=call.name,
                 state=state,
                 time=self.clock(),
+                input=opened[2],
                 output=None if outcome.is_error else outcome.output,
                 error=outcome.output if outcome.is_error else None,
             ),
             offset,
         )
-        if any(o == offset for o, _ in self._open.values()) or await self._closed(offset):
+        if any(o[0] == offset for o in self._open.values()) or await self._closed(offset):
             return
         await self.writer.publish(
             MessageFinished(
@@ -351,7 +374,7 @@ class TranscriptObserver:
         (the results a restarted agent records later do not reopen them)."""
         open_calls, self._open = self._open, {}
         now, s, w = self.clock(), self.session, self.writer
-        for call_id, (offset, tool) in open_calls.items():
+        for call_id, (offset, tool, arguments) in open_calls.items():
             await self._tool_state(
                 ToolStateChanged(
                     session=s,
@@ -361,11 +384,12 @@ class TranscriptObserver:
                     tool=tool,
                     state="error",
                     time=now,
+                    input=arguments,
                     error=INTERRUPTED,
                 ),
                 offset,
             )
-        for offset in dict.fromkeys(o for o, _ in open_calls.values()):
+        for offset in dict.fromkeys(o[0] for o in open_calls.values()):
             if await self._closed(offset):
                 continue
             await w.publish(
