@@ -1,13 +1,23 @@
-# The targets CI and people both call. Everything runs from the project's own .venv.
+# The targets CI and people both call. Everything runs from the project's own .venv, installed
+# exactly as uv.lock says: a fresh clone tests what the last green run tested.
 PY ?= .venv/bin/python
+PYTHON ?= python3
+# uv itself is pinned and kept in its own environment, out of the one it manages.
+UV_VERSION := 0.13.10
+UV := .tools/bin/uv
+# The extras and the dev group, as one set of arguments for every environment.
+EXTRAS := --all-extras --group dev
 
-.PHONY: install demo test lint typecheck bench
+.PHONY: install demo test lint typecheck bench lock test-latest test-lowest
 
-# Reinstalled whenever pyproject.toml changes, so a new dependency never goes missing.
-.venv/.installed: pyproject.toml
-	python3 -m venv .venv
-	.venv/bin/pip install --upgrade pip
-	.venv/bin/pip install -e '.[all]' --group dev
+$(UV):
+	$(PYTHON) -m venv .tools
+	.tools/bin/python -m pip install --quiet 'uv==$(UV_VERSION)'
+
+# Installed again whenever pyproject.toml or the lock changes, so a dependency never goes
+# missing and none is newer than the lock.
+.venv/.installed: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen $(EXTRAS) --python $(PYTHON)
 	touch .venv/.installed
 
 install: .venv/.installed
@@ -17,6 +27,25 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# Upgrades every locked dependency to its newest release; commit the new uv.lock on its own.
+lock: $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+
+# The suite against the newest release of every dependency, in an environment of its own:
+# a framework release that breaks an adapter fails here first, not in main's CI.
+test-latest: $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) .venv-latest
+	$(UV) pip install --quiet --python .venv-latest/bin/python --upgrade -e '.[all]' --group dev
+	.venv-latest/bin/python -m pytest -q
+
+# The suite against the lower bounds pyproject.toml publishes for users (each direct
+# dependency at its oldest allowed release), in an environment of its own.
+test-lowest: $(UV)
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) .venv-lowest
+	$(UV) pip install --quiet --python .venv-lowest/bin/python --resolution lowest-direct \
+		-e '.[all]' --group dev
+	.venv-lowest/bin/python -m pytest -q
 
 lint: install
 	$(PY) -m ruff check src tests benchmarks

@@ -44,13 +44,11 @@ from pydantic_ai.messages import (
     CapabilityLoadDeltaPart,
     Citation,
     CompactionPart,
-    DataCapabilityPart,
     ContentCitationAnchor,
     DocumentCitationSource,
     DocumentUrl,
     FilePart,
     ImageUrl,
-    InstructionCapabilityPart,
     InstructionBaselinePart,
     InstructionDeltaPart,
     InstructionDigest,
@@ -69,7 +67,6 @@ from pydantic_ai.messages import (
     NativeToolReturnPart,
     NativeToolSearchCallPart,
     NativeToolSearchReturnPart,
-    OperatorSource,
     RetryFeedbackPart,
     RetryInfo,
     RetryPromptPart,
@@ -86,7 +83,6 @@ from pydantic_ai.messages import (
     ToolSearchCallPart,
     ToolSearchReturnPart,
     UploadedFile,
-    UserSource,
     UserPromptPart,
     VideoUrl,
     WebCitationSource,
@@ -95,6 +91,7 @@ from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.usage import RequestUsage
 
 from contextfold.events import Event, StoredEvent
+from tests.integrations._capability_parts import capability_parts, more_capability_parts
 
 __all__ = [
     "BACKENDS",
@@ -394,23 +391,6 @@ _PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\x00\x80"
 LEGACY = frozenset({"legacy-retry-tool-return", "legacy-retry-feedback"})
 
 
-@dataclass(kw_only=True)
-class ProgressPart(
-    DataCapabilityPart[StructuredContent | str],
-    namespace="tests",
-    tag="progress_report",
-    attributes=("task_id",),
-):
-    """A capability part of the data voice, with a typed field of its own (pydantic-ai 2.78)."""
-
-    task_id: str
-
-
-@dataclass(kw_only=True)
-class RequestsLeftPart(InstructionCapabilityPart, namespace="tests"):
-    """A capability part of the instruction voice, scoped to one request."""
-
-
 def installed_tags(union: Any) -> frozenset[str]:
     """The discriminator tags of a pydantic-ai part union (``ModelRequestPart``, …)."""
     members = typing.get_args(typing.get_args(union)[0])
@@ -501,15 +481,7 @@ def _request_parts(text: str, data: bytes, signature: str) -> dict[str, Callable
             ]
         ),
         "compaction": lambda: CompactionPart(text, metadata={"by": "app"}),
-        "capability": lambda: ProgressPart(
-            content=StructuredContent({"done": 3, "of": [text, None]}),
-            source=UserSource(),
-            task_id=text,
-            capability_id="cap-1",
-            metadata={"seen": [1.5]},
-            timestamp=T0,
-            record_id="rec-1",
-        ),
+        **capability_parts(text),
     }
 
 
@@ -580,12 +552,7 @@ def conversation(
     request: list[ModelRequestPart] = [
         make() for make in _request_parts(text, data, signature).values()
     ]
-    # A capability part of the other voice, as an application enqueues it for one request.
-    request.append(
-        RequestsLeftPart(
-            content=text, source=OperatorSource(), scope="request", timestamp=T0, record_id="rec-2"
-        )
-    )
+    request.extend(more_capability_parts(text))
     response: list[ModelResponsePart] = [
         make() for make in _response_parts(text, data, signature).values()
     ]
