@@ -4,6 +4,7 @@ for the system prompt (queued, never busy)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from contextfold.context.events import (
 )
 from contextfold.context.projection import AgentContext
 from contextfold.context.rebuild import rebuild_request
+from contextfold.context.state import SYSTEM_PROMPT_KEY
 from contextfold.errors import ModelError
 from contextfold.events import RawEvent, StoredEvent
 from contextfold.folds.reader import FoldCache
@@ -325,6 +327,38 @@ async def test_trigger_before_system_prompt_is_queued_then_answered(journal: Jou
     assert "You are the agent." in text_of(request)
     context = await journal.fold(AgentContext, STREAM)
     assert context.has_system_prompt
+
+
+async def test_a_stream_waiting_for_its_system_prompt_is_logged_once_per_agent(
+    journal: Journal, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="contextfold.runtime")
+    other = "agents/other"
+    idle = Agent(journal, "agents/quiet", FunctionModel(Script()))
+    agents = [Agent(journal, name, FunctionModel(Script())) for name in (STREAM, other)]
+    await journal.append(STREAM, user("are you there?"))
+    await journal.append(other, user("hello?"))
+    for _ in range(3):  # polled again and again: said once
+        assert (await idle.run_until_idle()).status == "idle"
+        for agent in agents:
+            assert (await agent.run_until_idle()).status == "queued"
+
+    def waiting() -> list[tuple[int, str]]:
+        return [
+            (r.levelno, r.getMessage())
+            for r in caplog.records
+            if r.name == "contextfold.runtime" and SYSTEM_PROMPT_KEY in r.getMessage()
+        ]
+
+    said = waiting()
+    assert [level for level, _ in said] == [logging.WARNING, logging.WARNING]
+    assert [repr(STREAM) in m for _, m in said] == [True, False]
+    assert [repr(other) in m for _, m in said] == [False, True]
+    assert all("cf.system_prompt" in m for _, m in said)
+
+    await born(journal)
+    assert len((await agents[0].run_until_idle()).requests) == 1
+    assert waiting() == said
 
 
 async def test_queued_status_from_a_fresh_instance(journal: Journal) -> None:

@@ -115,6 +115,7 @@ class Agent(TurnSteps):
         self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
         self.content_limit = content_limit
         self.status: Status = "idle"
+        self._birth_reported = False  # the wait for the system prompt is logged once
         self._not_compactable: set[int] = set()
         self._cancel = CancelWatch()
         self._spans = LoopSpans(journal.namespace, stream, model.model, model.transport)
@@ -191,6 +192,7 @@ class Agent(TurnSteps):
                     break
                 if decision.action == "queued":
                     report.status, report.reason = "queued", decision.reason
+                    self._report_birth(decision.reason)
                     break
                 self._set_status("busy")
                 report.steps += 1
@@ -227,6 +229,19 @@ class Agent(TurnSteps):
             if spans is not None:
                 spans.end_turn(report.status, report.reason)
         return report
+
+    def _report_birth(self, reason: str) -> None:
+        """Say once per agent that it waits for its system prompt: otherwise it does nothing
+        and says nothing, however often it is run."""
+        if self._birth_reported:
+            return
+        self._birth_reported = True
+        log.warning(
+            "agent on %r: %s; nothing is sent to the model until a writer appends it "
+            "(cf.system_prompt(...))",
+            self.stream,
+            reason,
+        )
 
     async def _run_tools(
         self,
