@@ -449,5 +449,56 @@ async def test_inspector_in_headless_chromium(
         await _in_thread(browser.close)
 
 
+async def test_the_stream_list_pages_and_filters_by_name_prefix(
+    server: Running, journal: cf.Journal, chromium_path: str, tmp_path: Path
+) -> None:
+    """Past a page of streams the sidebar offers more, and a prefix typed above it lists
+    the streams whose name starts with it, asked of the server (not only those shown)."""
+    names = [f"load/{n:03}" for n in range(130)]
+    for name in [*names, "zeta/1"]:
+        await journal.append(name, cf.RawEvent("note", {}))
+    browser = await asyncio.to_thread(
+        Browser, tmp_path / "profile", tmp_path / "chromium.log", binary=chromium_path
+    )
+    more_hidden = "document.getElementById('streams-more').hidden"
+    shown = "document.querySelectorAll('#streams li a').length"
+    try:
+        await _open(browser, f"{server.url}/?stream=load/000")
+        assert await _texts(browser, "#streams li a") == names[:100]
+        assert await _in_thread(browser.evaluate, more_hidden) is False
+        await _in_thread(browser.evaluate, "document.getElementById('streams-more').click()")
+        await _in_thread(browser.wait_for, f"{shown} === 131")
+        assert await _texts(browser, "#streams li a") == [*names, "zeta/1"]
+        assert await _in_thread(browser.evaluate, more_hidden) is True
+
+        # typing a prefix lists the streams named so, from the server's listing
+        typed = "f.value = 'zet'; f.dispatchEvent(new Event('input'))"
+        await _in_thread(
+            browser.evaluate,
+            f"(() => {{ const f = document.getElementById('streams-filter'); {typed} }})()",
+        )
+        await _in_thread(browser.wait_for, f"{shown} === 1")
+        assert await _texts(browser, "#streams li a") == ["zeta/1"]
+        [href] = await _in_thread(
+            browser.evaluate, "[...document.querySelectorAll('#streams li a')].map(a => a.href)"
+        )
+        assert "filter=zet" in href  # the stream's page keeps the filter
+        submitted = "f.value = 'nope'; f.form.requestSubmit()"
+        await _in_thread(
+            browser.evaluate,
+            f"(() => {{ const f = document.getElementById('streams-filter'); {submitted} }})()",
+        )
+        await _in_thread(browser.wait_for, f"{shown} === 0")
+        assert await _texts(browser, "#streams li") == ['no stream starts with "nope"']
+        assert await _in_thread(browser.evaluate, more_hidden) is True
+
+        # a page opened with a filter lists by it from the start
+        await _open(browser, f"{server.url}/?stream=zeta/1&filter=load/12")
+        assert await _texts(browser, "#streams li a") == names[120:]
+        assert not browser.errors(), browser.errors()
+    finally:
+        await _in_thread(browser.close)
+
+
 def _unescape_quotes(html: str) -> str:
     return html.replace("&quot;", '"')

@@ -10,6 +10,8 @@
   const MAX_EVENTS = 200;
   const PREVIEW_CHARS = 600;
   const TURNS_PER_PAGE = 20;
+  const STREAMS_PER_PAGE = 100;
+  const MAX_STREAMS_PAGE = 1000;  // the API's most streams in one page
   const query = new URLSearchParams(location.search);
   const stream = query.get("stream");
   const namespace = query.get("namespace");
@@ -45,6 +47,7 @@
     const next = new URLSearchParams();
     if (stream) next.set("stream", stream);
     if (namespace) next.set("namespace", namespace);
+    if (query.get("filter")) next.set("filter", query.get("filter"));
     for (const [name, value] of Object.entries(params)) {
       if (value !== undefined && value !== null && value !== "") next.set(name, value);
     }
@@ -133,20 +136,63 @@
 
   // -- streams ---------------------------------------------------------------------------
 
-  async function loadStreams() {
-    const body = await getJSON("streams");
+  // The sidebar lists a page of streams at a time (the API's next cursor loads the next),
+  // filtered by a name prefix typed above it. Listings run one after the other, so a live
+  // refresh cannot undo a page just loaded; one asked before a newer filter is skipped.
+  let streamsNext = null;
+  let streamsShown = STREAMS_PER_PAGE;  // how many the pages loaded so far hold, at most
+  let streamsAsked = 0;
+  let streamsQueue = Promise.resolve();
+
+  // first: the first page; more: the next page; again: the pages shown, anew (a refresh).
+  function loadStreams(mode) {
+    const asked = mode === "first" ? ++streamsAsked : streamsAsked;
+    const run = streamsQueue.then(() => (asked === streamsAsked ? listStreams(mode) : null));
+    streamsQueue = run.catch(() => null);
+    return run;
+  }
+
+  async function listStreams(mode) {
+    const prefix = $("streams-filter").value;
+    const more = mode === "more";
+    const limit = mode === "again" ? Math.min(streamsShown, MAX_STREAMS_PAGE) : STREAMS_PER_PAGE;
+    const body = await getJSON("streams", { prefix: prefix, limit: limit, after: more ? streamsNext : null });
+    streamsShown = more ? streamsShown + STREAMS_PER_PAGE : limit;
     const list = $("streams");
-    list.replaceChildren();
+    if (!more) list.replaceChildren();
     for (const info of body.streams) {
       const li = el("li", info.stream === stream ? "current" : "");
       const a = el("a", "", info.stream);
       const params = new URLSearchParams({ stream: info.stream });
       if (namespace) params.set("namespace", namespace);
+      if (prefix) params.set("filter", prefix);
       a.href = "?" + params.toString() + location.hash;
       li.append(a, el("span", "muted", "v" + info.version));
       list.append(li);
     }
-    if (!body.streams.length) list.append(el("li", "muted", "no streams yet"));
+    streamsNext = body.next;
+    $("streams-more").hidden = body.next === null;
+    if (!list.children.length) {
+      list.append(el("li", "muted", prefix ? "no stream starts with " + JSON.stringify(prefix) : "no streams yet"));
+    }
+  }
+
+  function setupStreams() {
+    $("streams-filter").value = query.get("filter") || "";
+    let typing = null;
+    const reload = () => loadStreams("first").then(() => showError(""), (error) => showError(error.message));
+    $("streams-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      clearTimeout(typing);
+      reload();
+    });
+    $("streams-filter").addEventListener("input", () => {
+      clearTimeout(typing);
+      typing = setTimeout(reload, 250);
+    });
+    $("streams-more").addEventListener("click", () => {
+      loadStreams("more").catch((error) => showError(error.message));
+    });
   }
 
   // -- trace view ------------------------------------------------------------------------
@@ -710,7 +756,7 @@
   function refresh() {
     clearTimeout(refreshTimer);
     refreshTimer = setTimeout(() => {
-      Promise.all([loaders[view](), loadStreams()]).then(() => showError(""), (e) => showError(e.message));
+      Promise.all([loaders[view](), loadStreams("again")]).then(() => showError(""), (e) => showError(e.message));
     }, 150);
   }
 
@@ -761,6 +807,7 @@
 
   async function main() {
     if (namespace) $("namespace").textContent = "namespace " + namespace;
+    setupStreams();
     if (stream) {
       $("stream-title").textContent = stream;
       document.title = stream + " · contextfold inspector";
@@ -778,7 +825,7 @@
       tail();  // subscribe first, then read: nothing appended in between is missed
     }
     try {
-      await (stream ? Promise.all([loadStreams(), loaders[view]()]) : loadStreams());
+      await (stream ? Promise.all([loadStreams("first"), loaders[view]()]) : loadStreams("first"));
       document.body.dataset.state = "ready";
     } catch (error) {
       showError(error.message);
