@@ -499,6 +499,45 @@ def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None
     assert refused.exit_code == 2 and "--follow cannot be combined" in refused.stderr
 
 
+def test_events_follow_waits_for_the_first_events_of_a_stream_without_any(
+    tmp_path: Path,
+) -> None:
+    """As the HTTP tail does: a stream with no events yet is followed from its start, with
+    a line on stderr saying so (the closest names included, for a typo)."""
+    import signal
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    with cf.open_journal_sync(url) as journal:
+        journal.append("chats", cf.ContextAdded(role="user", content="elsewhere"))
+    command = [sys.executable, "-m", "contextfold", "events", "chat", "--follow", "--url", url]
+    with subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, URL_ENV: ""},
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            note = child.stderr.readline()
+            assert note.startswith("-- no stream 'chat'") and "waiting for its first" in note
+            assert "did you mean 'chats'?" in note, note
+            with cf.open_journal_sync(url) as journal:
+                journal.append("chat", cf.ContextAdded(role="user", content="first!"))
+            first = json.loads(child.stdout.readline())
+            assert first["position"] == 1 and first["payload"]["content"] == "first!"
+            child.send_signal(signal.SIGINT)
+            code = child.wait(timeout=30)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        logged = child.stderr.read()
+    assert code == 130 and "Traceback" not in logged, logged
+    # without --follow, or with a cursor (which no event of it can carry), still a mistake
+    for args in (("events", "nope"), ("events", "nope", "--follow", "--after", "1")):
+        assert "no stream 'nope'" in one_error_line(invoke(*args, "--url", url))
+
+
 def test_demo_with_an_unreachable_provider_says_so_and_keeps_the_request(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -146,7 +146,8 @@ def events(
     """Print a stream's events as JSON lines: position, cursor, type, payload and meta.
 
     ``--after`` takes a cursor these lines carry; a page cut by ``--limit`` ends with a
-    line on stderr giving the cursor to continue from. A corrupt row (not JSON, or no
+    line on stderr giving the cursor to continue from. ``--follow`` on a stream without
+    events yet waits for its first ones (saying so on stderr). A corrupt row (not JSON, or no
     longer valid for its event class) is reported on stderr with its stream and position,
     the others are printed, and the exit status is 1.
     """
@@ -169,7 +170,7 @@ async def _events(
     url: str, stream: str, after: str | None, limit: int | None, follow: bool, as_json: bool
 ) -> int:
     """Print the events (see ``events``); returns how many corrupt rows were left out."""
-    from .errors import UnknownCursorError
+    from .errors import UnknownCursorError, UnknownStreamError
     from .inspection import event_json, require_cursor, require_stream
     from .store.base import TailReset
     from .store.rows import corrupt_row
@@ -189,7 +190,15 @@ async def _events(
             _write(_dumps(event_json(event)))
 
     async with _open(url) as journal:
-        await require_stream(journal, stream, where=_shown(url))
+        try:
+            await require_stream(journal, stream, where=_shown(url))
+        except UnknownStreamError as exc:
+            if not follow or after is not None:
+                raise
+            # Like the HTTP tail: a stream is followed from before its first event.
+            err_console.print(
+                f"-- {exc}; waiting for its first events", markup=False, highlight=False
+            )
         if after is not None:
             await require_cursor(journal, stream, after)
         cursor, printed, more = after, 0, False
