@@ -25,8 +25,11 @@ from contextfold.errors import (
     PayloadError,
     StoreUnavailableError,
 )
+from contextfold.events import NewEvent
 from contextfold.journal import Journal, SyncJournal
-from contextfold.journal.encode import MAX_BATCH, MAX_NAME_LENGTH, check_stream
+from contextfold.journal.encode import MAX_BATCH, MAX_META_CHARS, MAX_NAME_LENGTH, check_stream
+from contextfold.server.body import parse_append
+from contextfold.server.errors import RequestBodyError
 from contextfold.store.base import MAX_LIMIT, ReadResult, TailReset
 from contextfold.store.contract import ABSURD_CURSORS
 from contextfold.store.memory import MemoryStore
@@ -338,6 +341,36 @@ async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
         with pytest.raises(InvalidInputError, match=r"^namespace .*surrogate"):
             j.with_namespace("ns" + bad)
     assert [ev.payload for ev in (await j.read("s")).events] == [{"keep": True}]
+    await j.close()
+
+
+@pytest.mark.parametrize("name", ["idempotency_key", "run_id", "actor"])
+async def test_meta_strings_are_bounded_in_the_library_as_over_http(name: str) -> None:
+    """An append copies its key, run id and actor into every one of its events: each is at
+    most MAX_META_CHARS characters, whoever appends, refused with one message."""
+    store = RecordingStore()
+    j = Journal(store)
+    notes = [cf.RawEvent("e", {"i": i}) for i in range(100)]
+    over = "k" * (MAX_META_CHARS + 1)
+    given: dict[str, Any] = {name: over}
+    words = f"{name} is {len(over)} characters, over the limit of {MAX_META_CHARS}"
+    await _refused(store, [(words, j.append("s", notes, **given), InvalidInputError)])
+    with pytest.raises(InvalidInputError, match=words) as refused:
+        await j.append("s", notes, **given)
+    # The HTTP server refuses the same body with the same words, the field quoted.
+    body = {"events": [{"type": "e", "payload": {}}], name: over}
+    with pytest.raises(RequestBodyError) as http:
+        parse_append(body)
+    assert str(http.value) == f'"{name}"' + str(refused.value).removeprefix(name)
+    if name != "idempotency_key":  # an encoded event carries its own run id and actor
+        [made] = j.encode(cf.RawEvent("e", {}))
+        bad = NewEvent(made.type, made.data, made.meta._replace(**given))
+        with pytest.raises(InvalidInputError, match=rf"events\[0\]: meta\.{name} is 201"):
+            await j.append("s", bad)
+        with pytest.raises(InvalidInputError, match=words):
+            j.encode(cf.RawEvent("e", {}), **given)
+    fits: dict[str, Any] = {name: "k" * MAX_META_CHARS}
+    assert (await j.append("s", notes, **fits)).last_position == 100
     await j.close()
 
 

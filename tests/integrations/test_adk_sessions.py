@@ -245,6 +245,21 @@ async def test_user_state_is_shared_only_by_the_users_sessions(
     assert theirs.state == {}
 
 
+async def test_shared_state_of_long_names_is_stored_once(service: JournalSessionService) -> None:
+    """The key of a shared-state change names the session and its record, longer than an
+    idempotency key may be for long names: it is stored by digest, still once."""
+    user, session_id = "u" * 150, "s" * 150
+    first = await service.create_session(
+        app_name=APP, user_id=user, session_id=session_id, state={"user:k1": "v1"}
+    )
+    await service.append_event(first, delta({"user:k2": "v2", "app:a": 1}))
+    fresh = JournalSessionService(service.journal)  # applies the shared changes again
+    again = await reload(fresh, first)
+    assert (again.state["user:k1"], again.state["user:k2"], again.state["app:a"]) == ("v1", "v2", 1)
+    mine = await service.create_session(app_name=APP, user_id=user, session_id="other")
+    assert mine.state == {"user:k1": "v1", "user:k2": "v2", "app:a": 1}
+
+
 async def test_session_state_is_not_shared(service: JournalSessionService) -> None:
     first = await service.create_session(
         app_name=APP, user_id="u1", session_id="s1", state={"sk1": "v1"}

@@ -42,6 +42,7 @@ from contextfold.integrations.pydantic_ai import (
     PydanticAiSentMessage,
 )
 from contextfold.journal import Journal, open_journal
+from contextfold.journal.encode import MAX_META_CHARS
 from contextfold.testing import RecordingStore
 from tests.integrations.helpers import (
     BACKENDS,
@@ -167,6 +168,24 @@ async def test_a_save_is_one_atomic_idempotent_append(journal: Journal) -> None:
     assert await history.save(_Result([])) is None
     await history.save(_turn(1))
     assert await history.load() == adapter_round_trip(_turn(0) + _turn(1))
+
+
+@pytest.mark.parametrize("length", [MAX_META_CHARS, MAX_META_CHARS + 1, 1_000_000])
+async def test_a_run_id_over_the_journals_limit_is_left_out(journal: Journal, length: int) -> None:
+    """The run id is stored with every event of the save: one over the journal's limit is
+    left out (the messages, which hold it, are saved); one within it is kept."""
+    run_id = "r" * length
+    messages: list[ModelMessage] = [
+        ModelRequest([UserPromptPart("hi", timestamp=T0)], run_id=run_id),
+        ModelResponse([TextPart("hello")], timestamp=T0, run_id=run_id),
+    ]
+    history = JournalHistory(journal, "chat")
+    saved = await history.save(messages)
+    assert saved is not None and saved.last_position == 2
+    stored = [e async for e in journal.read_all("chat")]
+    kept = run_id if length <= MAX_META_CHARS else None
+    assert [e.meta.run_id for e in stored] == [kept, kept]
+    assert await history.load() == adapter_round_trip(messages)
 
 
 async def test_a_new_history_on_the_same_sqlite_file_loads_what_was_saved(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from ..errors import CorruptEventError, InvalidInputError, PayloadError
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 from ..journal import Journal, SyncJournal
-from ..journal.encode import check_stream
+from ..journal.encode import check_meta, check_stream
 from ..store.base import AppendResult
 from ..views.view import check_budget
 from ._journal_bridge import JournalBridge
@@ -39,8 +39,6 @@ from ._pydantic_ai_window import (
 )
 
 __all__ = ["HISTORY_FOLD", "JournalHistory", "PydanticAiMessage"]
-
-_MAX_RUN_ID = 200  # the journal's limit for the run_id it stores with each event
 
 
 class PydanticAiMessage(Event, type="pydantic-ai/message", runtime_only=True):
@@ -217,8 +215,10 @@ class JournalHistory:
         key = "pydantic-ai/messages:" + sha256_hex(canonical_json(dumped))
         runs = {message.run_id for message in messages}
         run_id = runs.pop() if len(runs) == 1 else None
-        if run_id is not None and len(run_id) > _MAX_RUN_ID:
-            run_id = None
+        try:
+            check_meta("run_id", run_id)
+        except InvalidInputError:
+            run_id = None  # one the journal cannot store with each event: saved without it
         try:
             return await self.journal.append(
                 self.stream, events, idempotency_key=key, run_id=run_id

@@ -39,6 +39,7 @@ from ..events import Event as JournalEvent
 from ..events import RawEvent, StoredEvent
 from ..folds.freeze import freeze
 from ..journal import Journal
+from ..journal.encode import bounded_key
 from ..store.base import AppendResult
 
 try:
@@ -286,7 +287,7 @@ class JournalSessionService(BaseSessionService):
             if delta:
                 change = AdkStateChanged(delta=thaw(delta), source=key)
                 with contextlib.suppress(IdempotencyConflictError):  # applied before, by then
-                    await self.journal.append(target, change, idempotency_key=key)
+                    await self.journal.append(target, change, idempotency_key=bounded_key(key))
         self._confirmed[stream] = shared.source
         self._confirmed.move_to_end(stream)
         while len(self._confirmed) > _CONFIRMED_MAX:

@@ -11,6 +11,7 @@ UTF-8), every limit within its bounds, every payload canonical JSON within its s
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time as _time
 from collections.abc import Callable, Iterable, Sequence
@@ -26,9 +27,11 @@ from ..store.base import MAX_LIMIT
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "MAX_BATCH",
+    "MAX_META_CHARS",
     "MAX_NAME_LENGTH",
     "Clock",
     "IdFactory",
+    "bounded_key",
     "check_batch",
     "check_channels",
     "check_cursor",
@@ -36,6 +39,7 @@ __all__ = [
     "check_label",
     "check_limit",
     "check_max_payload_bytes",
+    "check_meta",
     "check_namespace",
     "check_prefix",
     "check_stream",
@@ -50,6 +54,9 @@ MAX_BATCH = 10_000
 """The most events one append takes."""
 MAX_NAME_LENGTH = 512
 """The longest stream name, namespace or transcript session name, in characters."""
+MAX_META_CHARS = 200
+"""Most characters of an append's ``idempotency_key``, ``run_id`` and ``actor``: they are
+copied into every event of the append, so one small call must not write a large journal."""
 
 Clock = Callable[[], datetime]
 IdFactory = Callable[[], str]
@@ -141,6 +148,26 @@ def check_label(
         what = "a str without NUL characters" if empty else "a non-empty str without NUL"
         raise InvalidInputError(f"{name} must be {what}, got {value!r}")
     return check_text(name, value)
+
+
+def check_meta(name: str, value: object, *, empty: bool = True) -> str | None:
+    """Return ``value`` (an append's ``idempotency_key``, ``run_id`` or ``actor``; None
+    allowed) or raise InvalidInputError naming ``name``: :func:`check_label`'s rules and
+    at most :data:`MAX_META_CHARS` characters. The HTTP server checks its bodies with it."""
+    if isinstance(value, str) and len(value) > MAX_META_CHARS:
+        raise InvalidInputError(
+            f"{name} is {len(value)} characters, over the limit of {MAX_META_CHARS}: "
+            "it is stored with every event of the append"
+        )
+    return check_label(name, value, empty=empty)
+
+
+def bounded_key(key: str) -> str:
+    """``key`` as an idempotency key within :data:`MAX_META_CHARS`: itself when it fits,
+    else ``sha256:`` and its SHA-256 (one key names one value either way)."""
+    if len(key) <= MAX_META_CHARS:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def check_channels(channels: Iterable[object]) -> tuple[str, ...]:
@@ -284,11 +311,11 @@ def encode_events(
     """
     # None needs no check: one call less each for the usual labels.
     if run_id is not None:
-        check_label("run_id", run_id)
+        check_meta("run_id", run_id)
     if actor is not None:
-        check_label("actor", actor)
+        check_meta("actor", actor)
     if idempotency_key is not None:
-        check_label("idempotency_key", idempotency_key, empty=False)
+        check_meta("idempotency_key", idempotency_key, empty=False)
     chans = _CHECKED_BY_ID.get(id(channels))
     if chans is None or chans is not channels:
         chans = _checked_channels(channels)
@@ -398,8 +425,8 @@ def _encoded(
         raise PayloadError(f"{where} ({type_name}): payload is not JSON: {exc}") from exc
     check_label(f"{where}: meta.event_id", meta.event_id, empty=False, optional=False)
     check_label(f"{where}: meta.time", meta.time, empty=False, optional=False)
-    check_label(f"{where}: meta.run_id", meta.run_id)
-    check_label(f"{where}: meta.actor", meta.actor)
+    check_meta(f"{where}: meta.run_id", meta.run_id)
+    check_meta(f"{where}: meta.actor", meta.actor)
     channels = _checked_channels(meta.channels)
     return NewEvent(
         type_name, data, meta._replace(idempotency_key=idempotency_key, channels=channels)

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from ..context.events import ContextAdded
 from ..errors import InvalidInputError, PayloadError, StrictJsonError, UnknownEventTypeError
 from ..events import Event, RawEvent, event_class
-from ..journal.encode import check_namespace
+from ..journal.encode import MAX_META_CHARS, check_meta, check_namespace
 from . import strict_json
 from .errors import BodyTooLargeError, ForbiddenError, RequestBodyError, UnsupportedMediaTypeError
 from .writers import ANONYMOUS, Writer, check_item, check_meta_actor, check_type
@@ -45,10 +45,6 @@ DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _APPEND_FIELDS = frozenset({"events", "expected_version", "idempotency_key", "run_id", "actor"})
 _EVENT_FIELDS = frozenset({"type", "payload"})
 _MAX_TYPE_NAME = 200
-
-MAX_META_CHARS = 200
-"""Most characters of ``idempotency_key``, ``run_id`` and ``actor``: they are copied into
-every event of the append, so one small body must not write a large journal."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,15 +108,10 @@ def parse_append(body: Any, writer: Writer = ANONYMOUS) -> AppendRequest:
         raise RequestBodyError('"events" must be a non-empty list of {"type", "payload"} objects')
     strings = {}
     for name in ("idempotency_key", "run_id", "actor"):
-        value = fields.get(name)
-        if value is not None and (not isinstance(value, str) or not value):
-            raise RequestBodyError(f'"{name}" must be a non-empty string, got {value!r}')
-        if value is not None and len(value) > MAX_META_CHARS:
-            raise RequestBodyError(
-                f'"{name}" is {len(value)} characters, over the limit of {MAX_META_CHARS}: '
-                "it is stored with every event of the append"
-            )
-        strings[name] = value
+        try:  # the journal's own check, before any event is parsed
+            strings[name] = check_meta(f'"{name}"', fields.get(name), empty=False)
+        except InvalidInputError as exc:
+            raise RequestBodyError(str(exc)) from None
     body_actor = fields.get("actor")
     check_meta_actor(body_actor, writer)
     events = tuple(
