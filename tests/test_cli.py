@@ -59,6 +59,15 @@ def test_every_command_has_help_text() -> None:
         assert command.callback.__doc__.splitlines()[0][:30] in " ".join(result.output.split())
 
 
+def test_version_prints_the_installed_version_and_opens_no_journal(tmp_path: Path) -> None:
+    journal = tmp_path / "j.db"
+    result = invoke("--version", env={URL_ENV: f"sqlite:///{journal}"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"contextfold {cf.__version__}\n"
+    assert not journal.exists()
+    assert "--version" in invoke("--help").stdout
+
+
 def test_every_command_has_one_default_url_and_the_read_commands_json() -> None:
     for command in app.registered_commands:
         assert command.callback is not None

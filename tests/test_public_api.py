@@ -44,3 +44,12 @@ def test_every_module_declares_all() -> None:
         assert exported is not None, f"{name} has no __all__"
         for item in exported:
             assert hasattr(module, item), f"{name}.__all__ names {item!r}, which it lacks"
+
+
+def test_the_version_is_the_installed_distributions() -> None:
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    assert cf.__version__ == metadata.version("contextfold")
+    assert str(Version(cf.__version__)) == cf.__version__  # a PEP 440 version

@@ -1,5 +1,7 @@
 """contextfold: the context of LLM agents as a pure function of an append-only journal."""
 
+from importlib import metadata as _metadata
+
 # First: importing the package registers the built-in renderers, and ``cf.render`` is then
 # bound to the function below rather than to the package.
 from . import render as _renderers  # noqa: F401
@@ -125,6 +127,12 @@ from .wire import (
     Usage,
     render_request,
 )
+
+try:
+    __version__: str = _metadata.version("contextfold")
+    """The version of the installed distribution (its package metadata)."""
+except _metadata.PackageNotFoundError:  # pragma: no cover - imported from a bare source tree
+    __version__ = "0+unknown"
 
 __all__ = [
     "PROTOCOL",

@@ -46,6 +46,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from . import __version__
+
+        _write(f"contextfold {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print contextfold's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
+    """Options of every command (``contextfold --version``)."""
+
+
 Url = Annotated[
     str,
     typer.Option(
