@@ -419,8 +419,17 @@ def test_the_default_journal_is_the_demos_and_contextfold_url_overrides_it(
     assert moved.exit_code == 0 and (tmp_path / "elsewhere.db").is_file()
     listed = invoke("streams", env={URL_ENV: elsewhere})
     assert listed.stdout.startswith("demo/coding-session\t")
-    refused = invoke("demo", "--url", "memory://")
-    assert refused.exit_code == 2 and "--url must name an SQLite file" in refused.stderr
+    for url in ("memory://", "postgresql://user@127.0.0.1:1/journal"):
+        refused = invoke("demo", "--url", url)
+        assert refused.exit_code == 2 and "--url must name an SQLite file" in refused.stderr
+
+
+def test_the_demos_help_offers_only_the_urls_it_takes() -> None:
+    """The demo runs on an embedded SQLite journal: its --url help names no PostgreSQL URL,
+    which the other commands take."""
+    shown = " ".join(invoke("demo", "--help").stdout.split())
+    assert "sqlite:///" in shown and "postgresql" not in shown
+    assert "postgresql://" in " ".join(invoke("streams", "--help").stdout.split())
 
 
 def test_an_unreachable_postgresql_fails_fast_in_one_line() -> None:
