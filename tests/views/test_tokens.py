@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -79,3 +80,27 @@ def test_approx_tokens_is_a_quarter_of_the_json_length() -> None:
     assert cf.approx_tokens(cf.FrozenList([1, 2])) == cf.approx_tokens([1, 2])
     with pytest.raises(TypeError):
         cf.approx_tokens(object())
+
+
+def test_an_encoding_that_cannot_be_downloaded_says_how_to_work_offline(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    requests = pytest.importorskip("requests")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path))  # empty: nothing cached
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # none loaded in this process
+
+    def offline(url: str, *args: object, **kwargs: object) -> object:
+        raise requests.exceptions.ConnectionError(f"cannot reach {url}")
+
+    monkeypatch.setattr(requests, "get", offline)
+    with pytest.raises(cf.ConfigurationError) as refused:
+        cf.TiktokenCounter("o200k_base")
+    message = str(refused.value)
+    assert "'o200k_base'" in message and "could not be downloaded" in message
+    assert "TIKTOKEN_CACHE_DIR" in message and "ConnectionError: cannot reach" in message
+    assert isinstance(refused.value.__cause__, requests.exceptions.ConnectionError)
+
+
+def test_an_unknown_encoding_name_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(cf.ConfigurationError, match=r"no encoding 'nope'; it knows .*cl100k_base"):
+        cf.TiktokenCounter("nope")

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 import orjson
 from pydantic import BaseModel
 
-from ..errors import UsageError
+from ..errors import ConfigurationError, UsageError
 from ..folds.segmented import Segment
 
 __all__ = ["TiktokenCounter", "TokenCounter", "approx_tokens", "json_text"]
@@ -48,8 +48,10 @@ def approx_tokens(value: Any) -> int:
 class TiktokenCounter:
     """A real tokenizer: counts tokens of the value's JSON with a tiktoken encoding.
 
-    Pass an encoding name (it must be available offline, in tiktoken's cache) or an
-    ``tiktoken.Encoding`` object. Needs the ``tiktoken`` extra.
+    Pass an encoding name or a ``tiktoken.Encoding`` object. Needs the ``tiktoken`` extra.
+    tiktoken downloads a named encoding's file once and keeps it in its cache
+    (``TIKTOKEN_CACHE_DIR``): offline, the file must be there already. Raises
+    ConfigurationError for an unknown name or a file that could not be had.
     """
 
     def __init__(self, encoding: Any = "cl100k_base") -> None:
@@ -59,8 +61,31 @@ class TiktokenCounter:
             raise ImportError(
                 "TiktokenCounter needs tiktoken: pip install 'contextfold[tiktoken]'"
             ) from exc
-        self.encoding = tiktoken.get_encoding(encoding) if isinstance(encoding, str) else encoding
+        self.encoding = _named(tiktoken, encoding) if isinstance(encoding, str) else encoding
 
     def __call__(self, value: Any) -> int:
         text = value if isinstance(value, str) else json_text(value).decode()
         return len(self.encoding.encode(text, disallowed_special=()))
+
+
+def _named(tiktoken: Any, name: str) -> Any:
+    """The tiktoken encoding ``name``; its failures (a download's included: ``requests``
+    raises OSErrors) as a ConfigurationError saying what to do."""
+    try:
+        return tiktoken.get_encoding(name)
+    except ValueError as exc:  # an unknown name, or a download that failed its hash
+        if name not in tiktoken.list_encoding_names():
+            known = ", ".join(sorted(tiktoken.list_encoding_names()))
+            raise ConfigurationError(
+                f"TiktokenCounter: tiktoken has no encoding {name!r}; it knows {known}"
+            ) from exc
+        failure: Exception = exc
+    except OSError as exc:
+        failure = exc
+    raise ConfigurationError(
+        f"TiktokenCounter: the file of tiktoken encoding {name!r} is not in tiktoken's cache "
+        f"and could not be downloaded ({type(failure).__name__}: {failure}). To work offline, "
+        "set TIKTOKEN_CACHE_DIR to a directory holding it: call tiktoken.get_encoding("
+        f"{name!r}) once with network access and the same TIKTOKEN_CACHE_DIR, then copy the "
+        "directory; or pass a tiktoken.Encoding of your own"
+    ) from failure
