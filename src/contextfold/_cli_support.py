@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 try:
@@ -42,6 +42,26 @@ CONNECT_TIMEOUT = 3.0
 # soft_wrap: rich would break lines at the terminal width, or at 80 columns into a pipe.
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
+
+DemoUrl = Annotated[
+    str,
+    typer.Option(
+        envvar=URL_ENV,
+        help="SQLite journal URL, sqlite:///path.db: the demo runs on an embedded journal "
+        f"(default: $CONTEXTFOLD_URL, else {DEFAULT_URL}).",
+        show_default=False,
+    ),
+]
+"""The demo's ``--url``: an SQLite file only (its workspace and transcript sit beside it)."""
+
+
+def _print_version(asked: bool) -> None:
+    """``--version``: print the installed version and exit."""
+    if asked:
+        from . import __version__
+
+        _write(f"contextfold {__version__}")
+        raise typer.Exit()
 
 
 def _reports_errors(command: Callable[P, R]) -> Callable[P, R]:

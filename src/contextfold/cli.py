@@ -24,9 +24,11 @@ from ._cli_support import (
     CONNECT_TIMEOUT,
     DEFAULT_URL,
     URL_ENV,
+    DemoUrl,
     _dumps,
     _fail,
     _open,
+    _print_version,
     _progress,
     _reports_errors,
     _shown,
@@ -45,14 +47,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def _print_version(asked: bool) -> None:
-    if asked:
-        from . import __version__
-
-        _write(f"contextfold {__version__}")
-        raise typer.Exit()
 
 
 @app.callback()
@@ -76,15 +70,6 @@ Url = Annotated[
         envvar=URL_ENV,
         help="Journal URL: sqlite:///path.db, postgresql://… (default: $CONTEXTFOLD_URL, "
         f"else {DEFAULT_URL}).",
-        show_default=False,
-    ),
-]
-DemoUrl = Annotated[
-    str,
-    typer.Option(
-        envvar=URL_ENV,
-        help="SQLite journal URL, sqlite:///path.db: the demo runs on an embedded journal "
-        f"(default: $CONTEXTFOLD_URL, else {DEFAULT_URL}).",
         show_default=False,
     ),
 ]
