@@ -261,6 +261,33 @@ class TemporaryPostgres:
             raise RuntimeError(f"could not restart PostgreSQL:\n{result.stderr}{self._log_tail()}")
         self._wait_until_accepting()
 
+    def halt(self) -> None:
+        """Stop the server as after a crash (immediate shutdown: every connection drops),
+        keeping its data and port for :meth:`resume`: an outage."""
+        if self.external_dsn is not None or self.port is None:
+            raise RuntimeError("only a started TemporaryPostgres can be halted")
+        self._stop_server()
+
+    def resume(self) -> None:
+        """Start a halted server again on its port and wait until it accepts connections."""
+        if self.external_dsn is not None or self.port is None:
+            raise RuntimeError("only a halted TemporaryPostgres can be resumed")
+        result = self._run(
+            [
+                self._bin("pg_ctl"),
+                f"--pgdata={self.data_dir}",
+                f"--log={self.log_path}",
+                "--wait",
+                f"--timeout={int(self.startup_timeout)}",
+                f"--options=-p {self.port}",
+                "start",
+            ],
+            timeout=self.startup_timeout + 30,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"could not resume PostgreSQL:\n{result.stderr}{self._log_tail()}")
+        self._wait_until_accepting()
+
     def __enter__(self) -> TemporaryPostgres:
         return self.start()
 

@@ -137,12 +137,14 @@ def _open(url: str) -> Journal:
     from .journal import open_journal
     from .store.urls import parse_store_url
 
-    scheme = parse_store_url(url).scheme
+    parsed = parse_store_url(url)
     options: dict[str, Any] = {}
-    if scheme == "sqlite":
+    if parsed.scheme == "sqlite":
         options["read_only"] = True
-    elif scheme == "postgresql":
-        options.update(timeout=CONNECT_TIMEOUT, min_size=1, max_size=2)
+    elif parsed.scheme == "postgresql":
+        options.update(min_size=1, max_size=2)
+        if parsed.pool_timeout is None:  # the URL's pool_timeout= is the user's choice
+            options["timeout"] = CONNECT_TIMEOUT
     return open_journal(url, **options)
 
 

@@ -474,8 +474,26 @@ def serve(
         float,
         typer.Option(help="Seconds a connection has to send its request headers, or is closed."),
     ] = 10.0,  # server.protocol.DEFAULT_HEADER_TIMEOUT
+    create: Annotated[
+        bool,
+        typer.Option(
+            "--create", help="Start a new SQLite journal when the file does not exist yet."
+        ),
+    ] = False,
+    pool_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="PostgreSQL: seconds a request waits for a database connection before it "
+            "gets 503 (default: the URL's pool_timeout=, else 5).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Serve a journal and the transcript kept with it over HTTP + SSE, inspector at /."""
+    """Serve a journal and the transcript kept with it over HTTP + SSE, inspector at /.
+
+    An SQLite journal must exist already (a mistyped path would serve an empty journal):
+    ``--create`` starts a new one.
+    """
     trusted = tuple(trusted_token or ())
     if not 0 <= port <= 65535:
         _usage_error("--port", f"must be a TCP port from 0 to 65535, got {port}")
@@ -485,10 +503,9 @@ def serve(
         _usage_error("--trusted-token", "must not be empty")
     if token is not None and token in trusted:
         _usage_error("--trusted-token", "must differ from --token")
-    if not 0 < header_timeout < float("inf"):
-        _usage_error(
-            "--header-timeout", f"must be a positive number of seconds, got {header_timeout}"
-        )
+    for option, seconds in (("--header-timeout", header_timeout), ("--pool-timeout", pool_timeout)):
+        if seconds is not None and not 0 < seconds < float("inf"):
+            _usage_error(option, f"must be a positive number of seconds, got {seconds}")
     try:
         from .server import serve as run_server
     except ImportError as exc:  # the server extra is not installed: one line saying so
@@ -503,6 +520,8 @@ def serve(
         max_live_streams=max_live_streams,
         extra_connections=extra_connections,
         header_timeout=header_timeout,
+        create=create,
+        pool_timeout=pool_timeout,
     )
 
 

@@ -60,7 +60,7 @@ class Served:
         self._log = self.log_path.open("wb")
         command = ["serve", "--port", str(self.port)]
         if url:
-            command += ["--url", f"sqlite:///{self.db}"]
+            command += ["--url", f"sqlite:///{self.db}", "--create"]
         self.child = subprocess.Popen(
             [sys.executable, "-m", "contextfold", *command],
             stdout=self._log,
@@ -157,6 +157,9 @@ def test_server_modules_declare_all() -> None:
         (["--trusted-token", ""], "--trusted-token"),
         (["--token", "same", "--trusted-token", "same"], "--trusted-token"),
         (["--header-timeout", "0"], "--header-timeout"),
+        (["--pool-timeout", "0"], "--pool-timeout"),
+        (["--pool-timeout", "inf"], "--pool-timeout"),
+        (["--pool-timeout", "2"], "--pool-timeout"),  # SQLite has no connection pool
     ],
 )
 def test_serve_refuses_bad_options_in_one_line(
@@ -175,6 +178,63 @@ def test_serve_refuses_bad_options_in_one_line(
     assert "\n" not in output and option in output, output
     assert "Traceback" not in output
     assert not db.exists()  # refused before anything was opened
+
+
+def _serve_refused(url: str, *arguments: str, cwd: Path | None = None) -> str:
+    """The one line ``contextfold serve --url url`` fails with (exit status 1)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "contextfold", "serve", "--port", "0", "--url", url, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "60"},
+        cwd=cwd,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stdout + done.stderr
+    assert lines[0].startswith("error: ") and "Traceback" not in done.stderr
+    return lines[0]
+
+
+def test_serve_refuses_an_sqlite_file_that_does_not_exist_unless_told_to_create_it(
+    tmp_path: Path,
+) -> None:
+    """A typo would serve (and create) an empty journal; the library still creates files."""
+    import asyncio
+
+    import contextfold as cf
+    from contextfold.errors import StoreUnavailableError
+    from contextfold.server import serve_async
+
+    typo = tmp_path / "typo.db"
+    line = _serve_refused(f"sqlite:///{typo}")
+    assert f"the file {typo} does not exist" in line and "pass --create" in line, line
+    assert not typo.exists()
+    with pytest.raises(StoreUnavailableError, match="create=True"):
+        asyncio.run(serve_async(f"sqlite:///{typo}", port=0))
+    assert not typo.exists()
+    # a relative path (sqlite:///data/x.db) that was meant as an absolute one says so
+    (tmp_path / "data").mkdir()
+    (tmp_path / "work").mkdir()
+    relative = str(tmp_path / "data" / "x.db").lstrip("/")
+    line = _serve_refused(f"sqlite:///{relative}", cwd=tmp_path / "work")
+    assert f"for the absolute path /{relative} write sqlite:////{relative}" in line, line
+    assert not (tmp_path / "work" / relative).exists()
+    with cf.open_journal_sync(f"sqlite:///{typo}") as journal:  # the library creates it
+        journal.append("s", cf.RawEvent("note", {}))
+    assert typo.is_file()
+
+
+def test_serve_uses_the_pool_timeout_it_is_given_for_postgresql() -> None:
+    """--pool-timeout reaches the connection pool: an unreachable database is reported
+    after its seconds, not the default's."""
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    line = _serve_refused(f"postgresql://nobody@127.0.0.1:{port}/journal", "--pool-timeout", "1")
+    assert "incomplete after 1.0 sec" in line and f"127.0.0.1:{port}" in line, line
+    by_url = _serve_refused(f"postgresql://nobody@127.0.0.1:{port}/journal?pool_timeout=1.5")
+    assert "incomplete after 1.5 sec" in by_url, by_url
 
 
 def test_serve_has_the_trusted_token_option() -> None:

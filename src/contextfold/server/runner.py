@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import os
 import socket
 from collections.abc import Iterable
 from typing import Any
@@ -14,7 +15,7 @@ from starlette.types import ASGIApp
 
 from ..errors import ConfigurationError, InvalidInputError, StoreUnavailableError
 from ..journal import open_journal
-from ..store.urls import _without_password
+from ..store.urls import _without_password, parse_store_url, sqlite_path_hint
 from ..transcript.store.factory import open_transcript_store
 from .app import LOOPBACK_HOSTS, create_app
 from .auth import token_writers
@@ -120,6 +121,8 @@ async def serve_async(
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    create: bool = False,
+    pool_timeout: float | None = None,
 ) -> None:
     """Serve the journal at ``url`` on ``host:port`` until the process is told to stop.
 
@@ -130,8 +133,12 @@ async def serve_async(
     ``max_live_streams + extra_connections`` requests are in flight; a connection that
     has not sent its request headers ``header_timeout`` seconds after opening is closed.
     The transcript kept in the same database is served too. The journal is closed on the
-    way out. Raises InvalidInputError for a bad address,
-    ConfigurationError for a bad token or limit, both before anything is opened.
+    way out. An SQLite file that does not exist is refused (StoreUnavailableError, a typo
+    would serve an empty journal) unless ``create``. ``pool_timeout``: on PostgreSQL,
+    seconds a request waits for a connection before it is answered 503 (default: the
+    URL's ``pool_timeout``, else 5). Raises InvalidInputError for a bad address,
+    ConfigurationError for a bad token, limit or pool timeout, both before anything is
+    opened.
     """
     _check_address(host, port)
     trusted = tuple(trusted_tokens)
@@ -145,18 +152,19 @@ async def serve_async(
         raise ConfigurationError(
             f"extra_connections must be an int >= 0, got {extra_connections!r}"
         )
+    options = _store_options(url, create=create, pool_timeout=pool_timeout)
     # Entering the journal opens the store now: a bad URL or file fails before serving, and
-    # an unreachable database within STARTUP_TIMEOUT (its pool would wait 30 s).
+    # an unreachable database within STARTUP_TIMEOUT (its pool timeout may be longer).
     async with contextlib.AsyncExitStack() as stack:
         try:
             async with asyncio.timeout(STARTUP_TIMEOUT):
-                journal = await stack.enter_async_context(open_journal(url))
+                journal = await stack.enter_async_context(open_journal(url, **options))
         except TimeoutError:
             raise StoreUnavailableError(
                 f"the journal at {_without_password(url)} did not open within "
                 f"{STARTUP_TIMEOUT:g} s: check that the database is up and the URL is right"
             ) from None
-        transcript = open_transcript_store(url, namespace=journal.namespace)
+        transcript = open_transcript_store(url, namespace=journal.namespace, **options)
         await transcript.open()
         try:
             app = create_app(
@@ -174,6 +182,28 @@ async def serve_async(
             await transcript.close()
 
 
+def _store_options(url: str, *, create: bool, pool_timeout: float | None) -> dict[str, Any]:
+    """The store options ``serve`` opens ``url`` with; refuses an SQLite file that does not
+    exist (unless ``create``) and a pool timeout for another database than PostgreSQL."""
+    parsed = parse_store_url(url)
+    options: dict[str, Any] = {}
+    if pool_timeout is not None:
+        if parsed.scheme != "postgresql":
+            raise ConfigurationError(
+                f"pool_timeout (--pool-timeout) applies to a postgresql:// journal; "
+                f"{parsed.scheme} has no connection pool"
+            )
+        options["timeout"] = check_positive_seconds("pool_timeout", pool_timeout)
+    path = parsed.target
+    if parsed.scheme == "sqlite" and path != ":memory:" and not create and not os.path.exists(path):
+        raise StoreUnavailableError(
+            f"no journal to serve at {url}: the file {path} does not exist"
+            f"{sqlite_path_hint(path)}; check the path, or pass --create (create=True) to "
+            "start a new journal there"
+        )
+    return options
+
+
 def serve(
     url: str,
     host: str = "127.0.0.1",
@@ -184,6 +214,8 @@ def serve(
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
+    create: bool = False,
+    pool_timeout: float | None = None,
 ) -> None:
     """Blocking :func:`serve_async` (what ``contextfold serve`` runs)."""
     asyncio.run(
@@ -196,5 +228,7 @@ def serve(
             max_live_streams=max_live_streams,
             extra_connections=extra_connections,
             header_timeout=header_timeout,
+            create=create,
+            pool_timeout=pool_timeout,
         )
     )

@@ -44,6 +44,7 @@ from typing import Any, Generic, TypeVar
 
 from ..errors import ConfigurationError, StoreError, StoreFileMovedError, StoreUnavailableError
 from ._sqlite_files import OpenedFiles
+from .urls import sqlite_path_hint
 
 __all__ = ["SQLiteThread"]
 
@@ -405,7 +406,7 @@ class SQLiteThread:
         if self.path in ("", ":memory:") or not Path(self.path).is_file():
             raise StoreUnavailableError(
                 f"cannot open {self._what} at {self.url}: the file {self.path} does not "
-                "exist (nothing was created); check the path"
+                f"exist{sqlite_path_hint(self.path)} (nothing was created); check the path"
             )
         try:
             uri = Path(self.path).absolute().as_uri() + "?mode=rw"
@@ -453,7 +454,7 @@ class SQLiteThread:
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         return StoreUnavailableError(
-            f"cannot open {self._what} at {self.url}: {exc}; "
+            f"cannot open {self._what} at {self.url}: {exc}{sqlite_path_hint(self.path)}; "
             "check the path and its permissions, then retry"
         )
 

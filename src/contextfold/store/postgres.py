@@ -29,6 +29,7 @@ from .._aio import CancelWatch
 from ..errors import InvalidInputError, StoreError, StoreUnavailableError
 from ..events import NewEvent, StoredEvent
 from ._postgres_errors import driver_error, redact_url
+from ._postgres_pool import DEFAULT_POOL_TIMEOUT, pool_options
 from ._postgres_sql import (
     _CHANNEL_SEP,
     _COLUMNS,
@@ -83,10 +84,12 @@ _NOTIFY_WINDOW = 0.005  # seconds a wake-up waits for others to share its statem
 class PostgresStore(Store):
     """A store in a PostgreSQL database, safe for many processes appending at once.
 
-    ``min_size``/``max_size`` size the connection pool, ``timeout`` bounds the wait for a
-    connection, ``poll_fallback`` is how often (seconds) a live tail re-reads when no
-    notification came. Driver errors surface as StoreError, or StoreUnavailableError when
-    the server cannot be reached.
+    ``min_size``/``max_size`` size the connection pool, ``timeout`` (seconds, 5 by
+    default) bounds the wait for a connection: a call while the database is down raises
+    StoreUnavailableError within it, and the first call after it is back up connects
+    again (see :mod:`._postgres_pool`). ``poll_fallback`` is how often (seconds) a live
+    tail re-reads when no notification came. Driver errors surface as StoreError, or
+    StoreUnavailableError when the server cannot be reached.
     """
 
     def __init__(
@@ -95,7 +98,7 @@ class PostgresStore(Store):
         *,
         min_size: int = 1,
         max_size: int = 10,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_POOL_TIMEOUT,
         poll_fallback: float = 2.0,
     ) -> None:
         if not 0 <= min_size <= max_size or max_size < 1 or min(timeout, poll_fallback) <= 0:
@@ -157,10 +160,9 @@ class PostgresStore(Store):
                 self.url,
                 min_size=self._min_size,
                 max_size=self._max_size,
-                timeout=self._timeout,
-                kwargs={"autocommit": True},
                 open=False,
                 name="contextfold",
+                **pool_options(self.url, self._timeout),
             )
             try:
                 await pool.open(wait=True, timeout=self._timeout)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import InvalidInputError
-from ...store.urls import Scheme, parse_store_url
+from ...store.urls import Scheme, backend_options, parse_store_url
 from .base import TranscriptStore
 
 __all__ = ["BACKENDS", "open_transcript_store"]
@@ -29,9 +29,9 @@ def open_transcript_store(
     url: str, *, namespace: str = "default", **options: Any
 ) -> TranscriptStore:
     """A transcript store for ``memory://``, ``sqlite:///path.db`` (``sqlite:///:memory:``)
-    or ``postgresql://…``; it connects on :meth:`~TranscriptStore.open` or first use. Other
-    options go to the backend. Raises InvalidInputError for another URL, or for PostgreSQL
-    without its extra installed."""
+    or ``postgresql://…`` (its ``pool_timeout=`` is the backend's ``timeout``); it connects
+    on :meth:`~TranscriptStore.open` or first use. Other options go to the backend. Raises
+    InvalidInputError for another URL, or for PostgreSQL without its extra installed."""
     parsed = parse_store_url(url, what="transcript")
     module_name, class_name = BACKENDS[parsed.scheme]
     try:
@@ -45,4 +45,4 @@ def open_transcript_store(
     backend: Callable[..., TranscriptStore] = getattr(module, class_name)
     if parsed.scheme == "memory":
         return backend(namespace=namespace, **options)
-    return backend(parsed.target, namespace=namespace, **options)
+    return backend(parsed.target, namespace=namespace, **backend_options(parsed, options))

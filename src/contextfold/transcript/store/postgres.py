@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...errors import StoreUnavailableError
 from ...journal.encode import check_namespace
+from ...store._postgres_pool import DEFAULT_POOL_TIMEOUT, pool_options
 from ...store.postgres import driver_error, redact_url
 from ..parts import Message, Part, is_unfinished
 from .base import (
@@ -100,7 +101,8 @@ _LOCK_SESSION = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 class PostgresTranscriptStore(TranscriptStore):
     """Transcript rows in PostgreSQL, reached through a psycopg connection pool.
 
-    ``timeout`` bounds the wait for a connection. Driver errors are translated like the
+    ``timeout`` (seconds) bounds the wait for a connection, with the journal's pool
+    settings (``contextfold.store._postgres_pool``). Driver errors are translated like the
     journal's (``contextfold.store.postgres.driver_error``): StoreUnavailableError when the
     server cannot be reached, StoreError otherwise.
     """
@@ -112,7 +114,7 @@ class PostgresTranscriptStore(TranscriptStore):
         namespace: str = "default",
         min_size: int = 1,
         max_size: int = 4,
-        timeout: float = 30.0,
+        timeout: float = DEFAULT_POOL_TIMEOUT,
         _pool: AsyncConnectionPool | None = None,
     ) -> None:
         self.namespace = check_namespace(namespace)
@@ -164,9 +166,8 @@ class PostgresTranscriptStore(TranscriptStore):
             self.dsn,
             min_size=self._min_size,
             max_size=self._max_size,
-            timeout=self._timeout,
             open=False,
-            kwargs={"autocommit": True},
+            **pool_options(self.dsn, self._timeout),
         )
         try:
             await pool.open(wait=True, timeout=self._timeout)
