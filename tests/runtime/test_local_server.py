@@ -23,7 +23,7 @@ from contextfold import (
 from contextfold.context.compaction import COMPACTION_INSTRUCTION
 from contextfold.context.rebuild import rebuild_state
 from contextfold.demo import pick_model
-from contextfold.runtime.clients import LOCAL_SERVER_KEY
+from contextfold.runtime.clients import LOCAL_SERVER_KEY, developer_role_of
 from tests.runtime.helpers import loopback, openai_responses_text_stream, openai_text_stream
 
 STREAM = "local"
@@ -166,8 +166,11 @@ async def test_openais_own_api_keeps_the_transports_default() -> None:
     away = OpenAIChatModel("m", base_url="http://127.0.0.1:1/v1", developer_role=True)
     assert away.developer_role is True
     await away.client.close()
-    with pytest.raises(TypeError, match="developer_role must be True, False or None"):
+    with pytest.raises(cf.ConfigurationError, match="developer_role must be True, False or None"):
         OpenAIChatModel("m", client=given, developer_role="yes")  # type: ignore[arg-type]
+    odd = cf.FunctionModel(lambda request: "hi", developer_role="no")  # type: ignore[arg-type]
+    with pytest.raises(cf.ConfigurationError, match=r"FunctionModel\.developer_role must be"):
+        developer_role_of(odd)
 
 
 async def test_the_base_url_from_the_environment_is_not_openais_own(

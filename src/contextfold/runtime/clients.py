@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .._aio import CancelWatch
-from ..errors import ModelError
+from ..errors import ConfigurationError, ModelError
 from ..render import anthropic, openai_chat, openai_responses
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, Transport, Usage
 
@@ -64,7 +64,9 @@ def developer_role_of(client: ModelClient) -> bool | None:
     (``RequestHeader.developer_role``) so that rebuilds render the same roles."""
     role = getattr(client, "developer_role", None)
     if role is not None and not isinstance(role, bool):
-        raise TypeError(f"{type(client).__name__}.developer_role must be a bool or None")
+        raise ConfigurationError(
+            f"{type(client).__name__}.developer_role must be True, False or None, got {role!r}"
+        )
     return role
 
 
@@ -294,8 +296,8 @@ class _OpenAIModel(_SDKModel):
     ):
         super().__init__(model, client=client, base_url=base_url, api_key=api_key)
         if developer_role is not None and not isinstance(developer_role, bool):
-            raise TypeError(
-                f"developer_role must be True, False or None, not {type(developer_role).__name__}"
+            raise ConfigurationError(
+                f"developer_role must be True, False or None, got {developer_role!r}"
             )
         if developer_role is None and not _openai_own(self.client):
             developer_role = False
