@@ -113,7 +113,7 @@ def test_streams_events_rebuild_and_verify(session: str) -> None:
         version = journal.version("chat")
         stored = journal.read("chat").events
         body = journal.run(cf.rebuild_request, "chat", offset)
-    assert as_json == {"streams": [{"stream": "chat", "version": version}]}
+    assert as_json == {"streams": [{"stream": "chat", "version": version}], "next": None}
 
     printed = invoke("events", "chat", "--url", session)
     assert printed.exit_code == 0 and printed.stderr == ""
@@ -515,6 +515,26 @@ def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None
     assert code == 130 and "Traceback" not in logged, logged
     refused = invoke("events", "chat", "--follow", "--limit", "2", "--url", session)
     assert refused.exit_code == 2 and "--follow cannot be combined" in refused.stderr
+
+
+def test_streams_lists_every_stream_past_a_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Page after page (here of 2): the listing never stops at the store's page size."""
+    from contextfold.store import base
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    names = [f"s/{n}" for n in range(5)]
+    with cf.open_journal_sync(url) as journal:
+        for name in names:
+            journal.append(name, cf.RawEvent("note", {}))
+    monkeypatch.setattr(base, "MAX_LIMIT", 2)
+    listed = invoke("streams", "--url", url)
+    assert listed.exit_code == 0 and listed.stderr == ""
+    assert listed.stdout.splitlines() == [f"{name}\t1" for name in names]
+    as_json = json.loads(invoke("streams", "--url", url, "--json", "--prefix", "s/").stdout)
+    assert [info["stream"] for info in as_json["streams"]] == names
+    assert as_json["next"] is None
 
 
 def test_events_follow_waits_for_the_first_events_of_a_stream_without_any(

@@ -119,28 +119,32 @@ def streams(
     prefix: Annotated[str | None, typer.Option(help="Only streams starting with this.")] = None,
     as_json: AsJson = False,
 ) -> None:
-    """List the streams of a journal with their versions (one per line: name, tab, version)."""
+    """List the streams of a journal with their versions (one per line: name, tab, version).
+
+    Every stream is listed, page after page; ``--json`` is the shape of ``GET /v1/streams``
+    with all of them in one page.
+    """
     from .store.base import MAX_LIMIT
 
-    async def run() -> tuple[Any, ...]:
+    async def run() -> list[Any]:
+        found: list[Any] = []
         async with _open(url) as journal:
-            return await journal.list_streams(prefix=prefix, limit=MAX_LIMIT)
+            while True:
+                after = found[-1].stream if found else None
+                page = await journal.list_streams(prefix=prefix, limit=MAX_LIMIT, after=after)
+                found.extend(page)
+                if len(page) < MAX_LIMIT:
+                    return found
 
     found = asyncio.run(run())
     if as_json:
         listed = [{"stream": info.stream, "version": info.version} for info in found]
-        _write(_dumps({"streams": listed}))
+        _write(_dumps({"streams": listed, "next": None}))
     else:
         for info in found:
             _write(f"{info.stream}\t{info.version}")
         if not found:
             err_console.print(f"no streams in {_shown(url)}", markup=False, highlight=False)
-    if len(found) == MAX_LIMIT:
-        err_console.print(
-            f"only the first {MAX_LIMIT} streams are listed: narrow them with --prefix",
-            markup=False,
-            highlight=False,
-        )
 
 
 @app.command()
