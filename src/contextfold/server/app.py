@@ -3,7 +3,7 @@
 Routes (JSON unless noted; the namespace is the ``X-Contextfold-Namespace`` header):
 
     GET  /                                        the inspector page (HTML, no data in it)
-    GET  /v1/streams                              streams with their versions
+    GET  /v1/streams                              a page of streams: ?prefix=&after=&limit=
     POST /v1/streams/{stream}/events              append -> 201 (200: idempotent retry)
     GET  /v1/streams/{stream}/events              a page: ?after=<cursor>&limit=
     GET  /v1/streams/{stream}/context             the agent context, items with headers
