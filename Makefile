@@ -32,19 +32,27 @@ test: install
 lock: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
 
-# The suite against the newest release of every dependency, in an environment of its own:
-# a framework release that breaks an adapter fails here first, not in main's CI.
+# An environment of its own holding exactly one resolution of every extra and the dev group
+# ($(1): the environment, $(2): uv's resolution flags), then the project itself, editable.
+define resolved_env
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(1)
+	rm -f $(1)/requirements.txt
+	$(UV) pip compile --quiet pyproject.toml $(EXTRAS) $(2) --python $(1)/bin/python \
+		-o $(1)/requirements.txt
+	$(UV) pip sync --quiet --python $(1)/bin/python $(1)/requirements.txt
+	$(UV) pip install --quiet --python $(1)/bin/python --no-deps -e .
+endef
+
+# The suite against the newest release of every dependency: a framework release that breaks
+# an adapter fails here first, not in main's CI.
 test-latest: $(UV)
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) .venv-latest
-	$(UV) pip install --quiet --python .venv-latest/bin/python --upgrade -e '.[all]' --group dev
+	$(call resolved_env,.venv-latest,--upgrade)
 	.venv-latest/bin/python -m pytest -q
 
 # The suite against the lower bounds pyproject.toml publishes for users (each direct
-# dependency at its oldest allowed release), in an environment of its own.
+# dependency at its oldest allowed release).
 test-lowest: $(UV)
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) .venv-lowest
-	$(UV) pip install --quiet --python .venv-lowest/bin/python --resolution lowest-direct \
-		-e '.[all]' --group dev
+	$(call resolved_env,.venv-lowest,--resolution lowest-direct)
 	.venv-lowest/bin/python -m pytest -q
 
 lint: install
