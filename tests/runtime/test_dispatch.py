@@ -450,3 +450,17 @@ async def test_the_turn_state_reads_from_the_newest_turn_and_equals_the_whole_fo
     [newest] = await journal.latest(STREAM, [TurnCompiled])
     await turn_state(journal, STREAM)
     assert reads == [newest.cursor]  # nothing before the newest turn is read
+
+
+async def test_an_event_id_longer_than_a_key_is_queued_dispatched_and_deduplicated(
+    journal: Journal,
+) -> None:
+    # Keys made from an external event id stay within the journal's 200-character limit.
+    long_id = "webhook-" + "x" * 400
+    dispatcher = TurnDispatcher(journal, STREAM)
+    queued = await dispatcher.receive(_event(long_id))
+    assert queued.status == "queued" and not queued.deduplicated
+    again = await TurnDispatcher(journal, STREAM).receive(_event(long_id))
+    assert again.deduplicated
+    turn = await dispatcher.dispatch()
+    assert turn is not None and [e.event_id for e in turn.batch.events] == [long_id]

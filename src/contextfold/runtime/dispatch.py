@@ -44,6 +44,7 @@ from ..errors import (
 from ..events import Envelope, Event
 from ..folds.fold import Fold
 from ..journal import Journal
+from ..journal.encode import bounded_key
 from ..render.envelope import (
     CANONICAL_LAYERS,
     MAX_BATCH_EVENTS,
@@ -238,7 +239,7 @@ class TurnDispatcher:
             actor=self.actor.model_copy(update={"id": event.actor}),
             content=compiled.text,
         )
-        key = f"contextfold/steer/{turns.turn_at}/{event.event_id}"
+        key = bounded_key(f"contextfold/steer/{turns.turn_at}/{event.event_id}")
         for last in (False, True):
             try:
                 result = await self.journal.append(
@@ -278,7 +279,7 @@ class TurnDispatcher:
         result = await self.journal.append(
             self.stream,
             TurnEventQueued(event=event),
-            idempotency_key=f"contextfold/turn-event/{event.event_id}",
+            idempotency_key=bounded_key(f"contextfold/turn-event/{event.event_id}"),
             actor=_RUNTIME,
         )
         status: Literal["queued", "started-new-turn"] = "started-new-turn" if missed else "queued"
@@ -318,7 +319,7 @@ class TurnDispatcher:
             result = await self.journal.append(
                 self.stream,
                 [record, item],
-                idempotency_key=f"contextfold/turn/{first.event_id}",
+                idempotency_key=bounded_key(f"contextfold/turn/{first.event_id}"),
                 actor=_RUNTIME,
             )
             return DispatchedTurn(result.first_position, batch, compiled)
