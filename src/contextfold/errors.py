@@ -301,7 +301,8 @@ class ProviderBlockedError(ContextfoldError, RuntimeError):
 
 
 class BusOverflowError(ContextfoldError):
-    """A subscriber fell more than ``maxsize`` events behind and was cut off.
+    """A subscriber fell more than ``maxsize`` events (or ``max_bytes`` bytes) behind and
+    was cut off.
 
     The events after the cut are lost to it: re-read the rows and subscribe again.
     """

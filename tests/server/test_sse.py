@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 import contextfold as cf
-from contextfold.server.sse import EventStreamResponse, SSEMessage
+from contextfold.server.sse import WRITE_CHUNK, EventStreamResponse, SSEMessage
 from tests.server.helpers import Running, Serve, SseFrame, SseReader, running
 
 
@@ -182,3 +182,20 @@ def test_sse_frames_refuse_line_breaks_in_ids() -> None:
     for bad in ("1\n2", "1\r", "\0"):
         with pytest.raises(ValueError, match="CR, LF or NUL"):
             SSEMessage("x", id=bad).encode()
+
+
+def test_bytes_data_is_sent_as_is_and_split_like_text() -> None:
+    body = b'{"text":"\xc3\xa9"}' * 10_000
+    message = SSEMessage(body, id="7", event="e")
+    assert message.encode() == SSEMessage(body.decode(), id="7", event="e").encode()
+    assert any(piece is body for piece in message.pieces())  # not copied
+    assert SSEMessage(b"a\r\nb").encode() == b"data: a\ndata: b\n\n"
+
+
+async def test_a_frame_larger_than_a_write_chunk_arrives_whole(server: Running) -> None:
+    text = "é" * (3 * WRITE_CHUNK)
+    body = {"events": [{"type": "note", "payload": {"text": text}}]}
+    assert (await server.client.post("/v1/streams/big/events", json=body)).status_code == 201
+    async with server.client.stream("GET", "/v1/streams/big/tail") as response:
+        frame = await SseReader(response).next()
+    assert json.loads(frame.data)["payload"] == {"text": text}

@@ -87,6 +87,34 @@ async def test_a_slow_subscriber_is_cut_off_and_never_blocks_the_writer() -> Non
     assert len(fast.drain()) == 10_000 and not fast.overflowed
 
 
+async def test_a_subscriber_holding_too_many_bytes_is_cut_off() -> None:
+    """The bound is in bytes too: a few large events cut off a reader that stopped reading,
+    long before its count of events would; consumed events make room again."""
+    bus = TranscriptBus()
+    big = PartDelta(
+        namespace="default",
+        session="s",
+        message_id="m",
+        part_id="p",
+        part_kind="text",
+        delta="x" * 1000,
+    )
+    size = len(encode_bus_event(big))
+    stalled = bus.subscribe("s", max_bytes=3 * size)
+    reading = bus.subscribe("s", max_bytes=3 * size)
+    for _ in range(3):
+        assert bus.publish(big) == 2
+    assert reading.drain() == [big] * 3  # a reader that reads stays subscribed
+    assert bus.publish(big) == 1  # the fourth is over the stalled one's bytes
+    assert stalled.overflowed and not reading.overflowed
+    with pytest.raises(BusOverflowError, match=f"{3 * size} bytes behind"):
+        async for _ in stalled:
+            pass
+    # One event larger than the bound still reaches a subscriber with nothing pending.
+    small = bus.subscribe("s", max_bytes=size // 2)
+    assert bus.publish(big) == 2 and small.drain() == [big]
+
+
 async def test_close_delivers_what_was_queued_then_ends() -> None:
     bus = TranscriptBus()
     async with bus.subscribe("s") as sub:
@@ -113,6 +141,8 @@ def test_maxsize_must_be_positive() -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(InvalidInputError, match="maxsize"):
             TranscriptBus().subscribe("s", maxsize=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="max_bytes"):
+            TranscriptBus().subscribe("s", max_bytes=bad)  # type: ignore[arg-type]
 
 
 def test_events_encode_as_json_for_sse() -> None:

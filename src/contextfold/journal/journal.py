@@ -378,7 +378,11 @@ class Journal:
         async with contextlib.aclosing(tail):  # type: ignore[type-var]
             async for event in tail:
                 if resets or not isinstance(event, TailReset):
-                    yield event
+                    # Handed out, not kept: a reader that stops reading (a stalled SSE
+                    # client) holds the event alone, and the tail at most TAIL_BUFFER_BYTES.
+                    handed = [event]
+                    del event
+                    yield handed.pop()
 
     # -- folds --------------------------------------------------------------------------------
 

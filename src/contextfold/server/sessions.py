@@ -123,7 +123,7 @@ class _BusFrames:
         if self.subscription is None:
             raise StopAsyncIteration
         event = await self.subscription.__anext__()
-        return SSEMessage(encode_bus_event(event).decode())
+        return SSEMessage(encode_bus_event(event))
 
     async def aclose(self) -> None:
         if self.subscription is not None:

@@ -30,6 +30,7 @@ from .errors import TooManyStreamsError, error_body
 __all__ = [
     "DEFAULT_HEARTBEAT",
     "DEFAULT_MAX_LIVE_STREAMS",
+    "WRITE_CHUNK",
     "EventStreamResponse",
     "SSEMessage",
     "StreamSlots",
@@ -45,6 +46,9 @@ _HEARTBEAT = b": heartbeat\n\n"
 
 DEFAULT_MAX_LIVE_STREAMS = 100
 """Open SSE streams (``/tail`` and ``/live`` together) a server holds at once by default."""
+
+WRITE_CHUNK = 64 * 1024
+"""The most bytes of a frame handed to the server in one send."""
 
 
 class StreamSlots:
@@ -94,9 +98,10 @@ class StreamSlots:
 @dataclass(frozen=True, slots=True)
 class SSEMessage:
     """One SSE frame. ``data`` may hold line breaks (each line becomes a ``data:`` line;
-    a client joins them with LF)."""
+    a client joins them with LF). ``data`` as bytes (UTF-8, e.g. JSON as encoded) is sent
+    without another copy of it when it holds no line break."""
 
-    data: str
+    data: str | bytes
     id: str | None = None
     """Sent as ``id:``; the client returns the last one as ``Last-Event-ID`` on reconnect."""
     event: str | None = None
@@ -104,17 +109,27 @@ class SSEMessage:
 
     def encode(self) -> bytes:
         """The frame as sent. Raises InvalidInputError for an id or event name with a line break."""
+        return b"".join(self.pieces())
+
+    def pieces(self) -> tuple[bytes, ...]:
+        """The frame as sent, in pieces whose joining is :meth:`encode`: one line of bytes
+        ``data`` is a piece of its own, not copied. Raises as :meth:`encode`."""
         lines: list[str] = []
         for name, value in (("event", self.event), ("id", self.id)):
             if value is None:
                 continue
             if any(ch in value for ch in "\r\n\0"):
                 raise InvalidInputError(f"SSE {name} {value!r} must not contain CR, LF or NUL")
-            lines.append(f"{name}: {value}")
+            lines.append(f"{name}: {value}\n")
+        data = self.data
+        if isinstance(data, bytes):
+            if b"\n" not in data and b"\r" not in data:
+                return ("".join(lines).encode() + b"data: ", data, b"\n\n")
+            data = data.decode()
         # SSE ends a line at CR, LF or CRLF: each becomes its own data: line.
-        text = self.data.replace("\r\n", "\n").replace("\r", "\n")
-        lines.extend(f"data: {line}" for line in text.split("\n"))
-        return ("\n".join(lines) + "\n\n").encode()
+        text = data.replace("\r\n", "\n").replace("\r", "\n")
+        lines.extend(f"data: {line}\n" for line in text.split("\n"))
+        return (("".join(lines) + "\n").encode(),)
 
 
 class EventStreamResponse(Response):
@@ -185,7 +200,7 @@ class EventStreamResponse(Response):
         iterator: AsyncIterator[SSEMessage] = aiter(self.source)
         try:
             async for message in iterator:
-                await writer.write(message.encode())
+                await writer.write(*message.pieces())
         except Exception as exc:
             if not isinstance(exc, ContextfoldError):
                 logger.error("event stream source failed", exc_info=exc)
@@ -197,16 +212,24 @@ class EventStreamResponse(Response):
 
 
 class _Writer:
-    """Serialized body writes, remembering when the last one was sent."""
+    """Serialized body writes, remembering when the last one was sent.
+
+    A frame goes out in sends of at most :data:`WRITE_CHUNK` bytes: the server waits
+    before each send while the connection's buffer is over its high-water mark (uvicorn:
+    64 KiB), so a client that stops reading holds that much of a large frame there, not
+    all of it.
+    """
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self._lock = anyio.Lock()
         self._last = anyio.current_time()
 
-    async def write(self, body: bytes) -> None:
+    async def write(self, *pieces: bytes) -> None:
+        """Send ``pieces`` as one frame (nothing else between them)."""
         async with self._lock:
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            for body in _chunks(pieces):
+                await self._send({"type": "http.response.body", "body": body, "more_body": True})
             self._last = anyio.current_time()
 
     async def heartbeats(self, interval: float) -> None:
@@ -216,6 +239,18 @@ class _Writer:
                 await self.write(_HEARTBEAT)
             else:
                 await anyio.sleep(interval - idle)
+
+
+def _chunks(pieces: tuple[bytes, ...]) -> Iterator[bytes]:
+    """``pieces`` joined, in sends of at most :data:`WRITE_CHUNK` bytes (one for a frame
+    that fits in it)."""
+    if sum(map(len, pieces)) <= WRITE_CHUNK:
+        yield b"".join(pieces)
+        return
+    for piece in pieces:
+        view = memoryview(piece)
+        for start in range(0, len(view), WRITE_CHUNK):
+            yield bytes(view[start : start + WRITE_CHUNK])
 
 
 async def _watch_disconnect(receive: Receive, group: TaskGroup) -> None:

@@ -226,7 +226,9 @@ class StreamRoutes:
                         data = canonical.dumps({"stream": stream, "after": event.after})
                         yield SSEMessage(data.decode(), event="reset")
                         continue
-                    yield SSEMessage(canonical.dumps(event_json(event)).decode(), id=event.cursor)
+                    message = SSEMessage(canonical.dumps(event_json(event)), id=event.cursor)
+                    del event  # a reader that stops reading holds its frame, not the event too
+                    yield message
             finally:
                 await aclose_iterator(live)
 

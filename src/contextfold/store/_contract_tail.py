@@ -18,7 +18,7 @@ from ._contract_support import (
     _tail,
     new_event,
 )
-from .base import Store, TailReset
+from .base import TAIL_BUFFER_BYTES, Store, TailReset
 
 __all__ = ["TailContract"]
 
@@ -188,5 +188,29 @@ class TailContract(ContractBase):
                     await _close(tail)
                 assert got[0] == TailReset("s", cursor)
                 assert [e.position for e in got[1:] if isinstance(e, StoredEvent)] == [1, 2]
+
+        self.run(t)
+
+    def test_a_tail_hands_out_events_larger_than_its_buffer_each_once_in_order(self) -> None:
+        """A tail holds at most TAIL_BUFFER_BYTES of a page: pages of large events are cut
+        and read on from the cut, so every event still comes once, in order, then the live
+        ones."""
+
+        async def t(s: Store) -> None:
+            third = TAIL_BUFFER_BYTES // 3
+            sizes = [third, third, third, 10, 10, 2 * TAIL_BUFFER_BYTES, 10, third, third, 10]
+            payloads = [{"i": i, "pad": "x" * size} for i, size in enumerate(sizes)]
+            await _append(s, "s", _batch("e", payloads[:5]))
+            await _append(s, "s", _batch("e", payloads[5:]))
+            tail = _tail(s, "s", poll_interval=0.02)
+            try:
+                async with asyncio.timeout(20):
+                    got = [await _next_event(tail) for _ in sizes]
+                    await _append(s, "s", new_event("e", {"i": len(sizes), "pad": ""}))
+                    got.append(await _next_event(tail))
+            finally:
+                await _close(tail)
+            assert [e.payload["i"] for e in got] == list(range(len(sizes) + 1))
+            assert [len(e.payload["pad"]) for e in got[:-1]] == sizes
 
         self.run(t)

@@ -11,7 +11,6 @@ NOTIFY_CHANNEL = "contextfold_events"
 its version and its head (``postgres.parse_wake``)."""
 
 _SCHEMA_LOCK = 0x63665F736368656D  # pg_advisory_xact_lock key ("cf_schem")
-_PAGE = 1000
 _CHANNEL_SEP = "\x1f"  # channel names hold no control characters
 
 # namespace and stream sort by code point (COLLATE "C"), like the memory and SQLite stores.

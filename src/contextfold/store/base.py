@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import operator
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -25,10 +26,12 @@ from ..events import NewEvent, StoredEvent
 
 __all__ = [
     "MAX_LIMIT",
+    "TAIL_BUFFER_BYTES",
     "AppendResult",
     "ReadResult",
     "Store",
     "StreamInfo",
+    "TailPages",
     "TailReset",
     "Wakeups",
     "batch_digest",
@@ -42,6 +45,13 @@ __all__ = [
 MAX_LIMIT = 10_000
 """The most events (or streams) one ``read``, ``latest`` or ``list_streams`` is asked for."""
 _MAX_CURSOR = 2**63 - 1  # global positions are signed 64-bit integers in SQL
+
+TAIL_BUFFER_BYTES = 1 << 20
+"""The most bytes of stored events (their JSON) a live tail holds read and not yet handed
+out: a page over it is cut after the last event within it (one event at least) and the
+rest read again when the tail gets there. A reader that stops taking events (a stalled
+SSE client) thus keeps at most this much of the journal in memory, however far behind."""
+_TAIL_PAGE = 1000  # the most events a live tail reads at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,6 +315,60 @@ async def wait_or_timeout(wake: asyncio.Event, timeout: float) -> None:
             await wake.wait()
 
 
+class TailPages:
+    """The reads of one live tail, bounded in bytes: each :meth:`read` hands out at most
+    :data:`TAIL_BUFFER_BYTES` of events (one at least) and holds nothing of a page past
+    them. The page size in events follows the events' sizes: it shrinks to what fitted
+    when a page was cut and doubles (up to 1,000) while whole pages fit, so a stream of
+    large events is not read past the budget again and again."""
+
+    def __init__(self, store: Store, namespace: str, stream: str, after: str | None) -> None:
+        self.store = store
+        self.namespace = namespace
+        self.stream = stream
+        self.cursor = after
+        """Where the next read continues: after the last event handed out."""
+        self.more = False
+        """Whether the last read left events to read at once."""
+        self._limit = _TAIL_PAGE
+
+    async def read(self) -> tuple[TailReset | None, list[StoredEvent]]:
+        """The reset to yield first (the cursor named no event of the stream), if any, and
+        the next events as a stack: ``pop()`` gives the oldest. Popping them one at a time
+        lets each go once its reader is done with it."""
+        page = await self.store.read(
+            self.namespace, self.stream, after=self.cursor, types=None, limit=self._limit
+        )
+        reset = None
+        if page.reset and self.cursor is not None:
+            reset = TailReset(self.stream, self.cursor)
+        events = page.events
+        kept = _within_budget(events)
+        if kept < len(events):
+            self._limit = kept
+            self.cursor, self.more = events[kept - 1].cursor, True
+        else:
+            if page.more:
+                self._limit = min(self._limit * 2, _TAIL_PAGE)
+            self.cursor, self.more = page.cursor, page.more
+        return reset, list(reversed(events[:kept]))
+
+
+def _within_budget(events: tuple[StoredEvent, ...]) -> int:
+    """How many of the first ``events`` fit in :data:`TAIL_BUFFER_BYTES` (one at least)."""
+    if sum(map(len, map(_DATA, events))) <= TAIL_BUFFER_BYTES:
+        return len(events)
+    size = 0
+    for kept, event in enumerate(events):
+        size += len(event.data)
+        if kept and size > TAIL_BUFFER_BYTES:
+            return kept
+    return len(events)  # pragma: no cover - the sum above was over the budget
+
+
+_DATA = operator.itemgetter(5)  # StoredEvent.data, read without a Python call per event
+
+
 async def poll_subscribe(
     store: Store,
     wakeups: Wakeups,
@@ -314,20 +378,20 @@ async def poll_subscribe(
     after: str | None,
     poll_interval: float,
 ) -> AsyncIterator[StoredEvent | TailReset]:
-    """A live tail built on ``read``: wakes on local appends, polls for other processes."""
-    cursor = after
+    """A live tail built on ``read``: wakes on local appends, polls for other processes.
+    It holds at most :data:`TAIL_BUFFER_BYTES` of events (see :class:`TailPages`)."""
+    pages = TailPages(store, namespace, stream, after)
     cancel = CancelWatch()  # a cancel the store's driver swallowed still ends the tail
     with wakeups.listen(namespace, stream) as wake:
         while True:
             wake.clear()  # before the read: an append the read misses sets it again
-            page = await store.read(namespace, stream, after=cursor, types=None, limit=1000)
+            reset, events = await pages.read()
             cancel.check()
-            if page.reset and cursor is not None:
-                yield TailReset(stream, cursor)
-            for event in page.events:
-                yield event
-            cursor = page.cursor
-            if not page.more:
+            if reset is not None:
+                yield reset
+            while events:
+                yield events.pop()
+            if not pages.more:
                 await wait_or_timeout(wake, poll_interval)
                 cancel.check()
 

@@ -40,7 +40,6 @@ from ._postgres_sql import (
     _LOCK,
     _LOOK,
     _NOTIFY_MANY,
-    _PAGE,
     _READ,
     _READ_AFTER,
     _SCHEMA,
@@ -57,6 +56,7 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailPages,
     TailReset,
     batch_digest,
     idempotency_conflict,
@@ -429,21 +429,20 @@ class PostgresStore(Store):
         key = _wake_key(namespace, stream)
         wake = asyncio.Event()
         self._wakers.setdefault(key, set()).add(wake)
-        cursor = after
+        pages = TailPages(self, namespace, stream, after)  # bounded in bytes
         cancel = CancelWatch()  # the pool may swallow a cancel (Python 3.11's wait_for)
         try:
             while True:
                 listening = await self._ensure_listening()
                 # Cleared before the read: a NOTIFY for anything the read misses wakes the wait.
                 wake.clear()
-                page = await self.read(namespace, stream, after=cursor, types=None, limit=_PAGE)
+                reset, events = await pages.read()
                 cancel.check()
-                if page.reset and cursor is not None:
-                    yield TailReset(stream, cursor)
-                for event in page.events:
-                    yield event
-                cursor = page.cursor
-                if page.more:
+                if reset is not None:
+                    yield reset
+                while events:
+                    yield events.pop()
+                if pages.more:
                     continue
                 timeout = max(poll_interval, self._poll_fallback) if listening else poll_interval
                 await wait_or_timeout(wake, timeout)

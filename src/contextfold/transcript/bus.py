@@ -6,11 +6,13 @@ written). The HTTP layer streams a subscription as SSE; a client opens it *befor
 starts a turn, or the first deltas are gone.
 
 Slow subscribers never slow the writer. Each subscription holds at most ``maxsize``
-undelivered events; :meth:`TranscriptBus.publish` never waits. A subscriber that falls
-further behind is cut off: it receives what was queued, then iteration raises
-:class:`BusOverflowError`. Dropping events silently instead would leave a UI stitching
-deltas with a hole in them; an explicit cut tells it to re-read the rows (which hold
-every finished block) and subscribe again.
+undelivered events and ``max_bytes`` of them (their JSON as :func:`encode_bus_event`
+writes it; one event larger than that is still taken when nothing else waits), so a
+reader that stops reading costs bounded memory; :meth:`TranscriptBus.publish` never
+waits. A subscriber that falls further behind is cut off: it receives what was queued,
+then iteration raises :class:`BusOverflowError`. Dropping events silently instead would
+leave a UI stitching deltas with a hole in them; an explicit cut tells it to re-read the
+rows (which hold every finished block) and subscribe again.
 
 The bus lives in one event loop: call :meth:`~TranscriptBus.publish` from that loop's
 thread. Replicas of a server each have their own bus (fed by their own writers).
@@ -29,6 +31,7 @@ from .parts import Message, Part
 
 __all__ = [
     "DEFAULT_MAX_PENDING",
+    "DEFAULT_MAX_PENDING_BYTES",
     "BusEvent",
     "BusOverflowError",
     "MessageUpdated",
@@ -40,6 +43,9 @@ __all__ = [
 ]
 
 DEFAULT_MAX_PENDING = 10_000
+"""The most undelivered events a subscription holds by default."""
+DEFAULT_MAX_PENDING_BYTES = 8 * 1024 * 1024
+"""The most bytes of undelivered events (as encoded for SSE) a subscription holds by default."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,12 +113,21 @@ class Subscription:
     events queued before a cut-off are consumed.
     """
 
-    def __init__(self, bus: TranscriptBus, namespace: str, session: str, maxsize: int) -> None:
+    def __init__(
+        self,
+        bus: TranscriptBus,
+        namespace: str,
+        session: str,
+        maxsize: int,
+        max_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+    ) -> None:
         self.namespace = namespace
         self.session = session
         self.maxsize = maxsize
+        self.max_bytes = max_bytes
         self._bus = bus
-        self._queue: asyncio.Queue[BusEvent | _Signal] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[BusEvent, int] | _Signal] = asyncio.Queue()
+        self._bytes = 0  # of the events queued
         self._stopping: _Signal | None = None  # why it stopped receiving, once it has
         self._ended: _Signal | None = None  # the same, once the consumer reached that point
 
@@ -135,14 +150,20 @@ class Subscription:
             if isinstance(item, _Signal):
                 self._ended = item
                 break
-            events.append(item)
+            events.append(self._taken(item))
         return events
 
-    def _offer(self, event: BusEvent) -> bool:
-        if self._queue.qsize() >= self.maxsize:
+    def _taken(self, item: tuple[BusEvent, int]) -> BusEvent:
+        self._bytes -= item[1]
+        return item[0]
+
+    def _offer(self, event: BusEvent, size: int) -> bool:
+        over = self._bytes > 0 and self._bytes + size > self.max_bytes
+        if self._queue.qsize() >= self.maxsize or over:
             self._stop(_Signal.OVERFLOW)
             return False
-        self._queue.put_nowait(event)
+        self._queue.put_nowait((event, size))
+        self._bytes += size
         return True
 
     def _stop(self, signal: _Signal) -> None:
@@ -163,12 +184,13 @@ class Subscription:
         if self._ended is None:
             item = await self._queue.get()
             if not isinstance(item, _Signal):
-                return item
+                return self._taken(item)
             self._ended = item
         if self._ended is _Signal.OVERFLOW:
             raise BusOverflowError(
                 f"subscriber of session {self.session!r} fell more than {self.maxsize} events "
-                "behind and was cut off: re-read the transcript rows and subscribe again",
+                f"or {self.max_bytes} bytes behind and was cut off: re-read the transcript "
+                "rows and subscribe again",
                 session=self.session,
             )
         raise StopAsyncIteration
@@ -187,12 +209,19 @@ class TranscriptBus:
         self._topics: dict[tuple[str, str], list[Subscription]] = {}
 
     def subscribe(
-        self, session: str, *, namespace: str = "default", maxsize: int = DEFAULT_MAX_PENDING
+        self,
+        session: str,
+        *,
+        namespace: str = "default",
+        maxsize: int = DEFAULT_MAX_PENDING,
+        max_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> Subscription:
-        """A new subscription, receiving every event published from now on."""
-        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
-            raise InvalidInputError(f"maxsize must be a positive int, got {maxsize!r}")
-        sub = Subscription(self, namespace, session, maxsize)
+        """A new subscription, receiving every event published from now on; it is cut off
+        once more than ``maxsize`` events or ``max_bytes`` bytes of them wait for it."""
+        for name, limit in (("maxsize", maxsize), ("max_bytes", max_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise InvalidInputError(f"{name} must be a positive int, got {limit!r}")
+        sub = Subscription(self, namespace, session, maxsize, max_bytes)
         self._topics.setdefault((namespace, session), []).append(sub)
         return sub
 
@@ -204,7 +233,8 @@ class TranscriptBus:
         subs = self._topics.get((event.namespace, event.session))
         if not subs:
             return 0
-        return sum(sub._offer(event) for sub in tuple(subs))
+        size = len(encode_bus_event(event))
+        return sum(sub._offer(event, size) for sub in tuple(subs))
 
     def subscribers(self, session: str, *, namespace: str = "default") -> int:
         """How many live subscriptions the session has."""
