@@ -466,6 +466,13 @@ def serve(
             "events and items with instruction precedence (repeatable).",
         ),
     ] = None,
+    trusted_actor_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An actor type the agents trust (cf.register_actor_type(..., trusted=True)): "
+            "only a trusted writer may use it (repeatable).",
+        ),
+    ] = None,
     max_live_streams: Annotated[
         int,
         typer.Option(min=1, help="Live SSE streams served at once; past it, 503 (retry later)."),
@@ -521,6 +528,7 @@ def serve(
         port,
         token=token,
         trusted_tokens=trusted,
+        trusted_actor_types=tuple(trusted_actor_type or ()),
         max_live_streams=max_live_streams,
         extra_connections=extra_connections,
         header_timeout=header_timeout,

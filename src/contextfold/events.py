@@ -26,6 +26,8 @@ from . import canonical
 from .errors import CorruptEventError, EventDefinitionError, UnknownEventTypeError
 
 __all__ = [
+    "CLIENT_TYPES",
+    "RUNTIME_TYPE_PREFIXES",
     "TYPE_NAME",
     "Envelope",
     "Event",
@@ -34,6 +36,7 @@ __all__ = [
     "RawEvent",
     "StoredEvent",
     "event_class",
+    "is_runtime_type",
     "registered_types",
     "runtime_only_types",
 ]
@@ -119,6 +122,31 @@ def registered_types() -> Mapping[str, type[Event]]:
 def runtime_only_types() -> frozenset[str]:
     """The registered type names declared ``runtime_only`` (see :class:`Event`)."""
     return frozenset(name for name, cls in _REGISTRY.items() if cls.runtime_only)
+
+
+RUNTIME_TYPE_PREFIXES = (
+    "contextfold.agent/",  # the agent runtime
+    "contextfold.checkpoint/",  # fold checkpoints
+    "contextfold.langgraph/",  # JournalSaver
+    "openai-agents/",  # JournalSession, JournalModel
+    "pydantic-ai/",  # JournalHistory, RecordingModel
+    "adk/",  # JournalSessionService
+)
+"""Type name prefixes of the records only the runtime and its integrations write. Decided by
+the name, so a process that never imported an integration still knows its records."""
+
+CLIENT_TYPES = frozenset({"contextfold.agent/context-added"})
+"""The types under :data:`RUNTIME_TYPE_PREFIXES` that clients may append too: context items
+(a server checks each one's role and actor)."""
+
+
+def is_runtime_type(type_name: str) -> bool:
+    """Whether only the runtime or an integration writes events of ``type_name``: a name under
+    :data:`RUNTIME_TYPE_PREFIXES` (bar :data:`CLIENT_TYPES`), whatever this process imported,
+    or a registered class declared ``runtime_only`` (see :class:`Event`)."""
+    if type_name.startswith(RUNTIME_TYPE_PREFIXES):
+        return type_name not in CLIENT_TYPES
+    return type_name in runtime_only_types()
 
 
 class EventMeta(NamedTuple):

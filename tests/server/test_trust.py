@@ -11,6 +11,10 @@ import pytest
 import contextfold as cf
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.events import Event, runtime_only_types
+from contextfold.integrations import _langgraph_index as langgraph_records
+from contextfold.integrations._adk_records import AdkSessionCreated, AdkStateChanged
+from contextfold.integrations._pydantic_ai_history import PydanticAiMessage
+from contextfold.integrations.openai_agents import ItemAdded
 from contextfold.runtime.scheduling import AgentHalted
 from contextfold.server.writers import is_runtime_type
 from tests.server.helpers import Running, Serve
@@ -60,6 +64,16 @@ def test_the_refused_types_are_the_declared_runtime_events() -> None:
         "contextfold.agent/not-defined-yet",  # the runtime's namespace fails closed
         "contextfold.checkpoint/agent-context@1",
         PluginStep.event_type,  # declared runtime_only, unknown to the server
+        # the integrations' records, with their modules imported in this process
+        ItemAdded.event_type,
+        PydanticAiMessage.event_type,
+        AdkStateChanged.event_type,
+        AdkSessionCreated.event_type,
+        langgraph_records.ChannelBlob.event_type,
+        langgraph_records.CheckpointPut.event_type,
+        langgraph_records.WritesPut.event_type,
+        langgraph_records.CheckpointsRetracted.event_type,
+        langgraph_records.ThreadCleared.event_type,
     ],
 )
 async def test_runtime_events_are_refused(

@@ -65,7 +65,7 @@ class Typed(BaseModel):
     data: str
 
 
-class ChannelBlob(Event, type="contextfold.langgraph/channel-blob"):
+class ChannelBlob(Event, type="contextfold.langgraph/channel-blob", runtime_only=True):
     """One part of a channel's value at one version (``more``: the next part follows).
 
     ``kind``: ``value`` (``serde_type`` and base64 ``data``, concatenated over the parts),
@@ -87,7 +87,7 @@ class ChannelBlob(Event, type="contextfold.langgraph/channel-blob"):
     more: bool = False
 
 
-class CheckpointPut(Event, type="contextfold.langgraph/checkpoint-put"):
+class CheckpointPut(Event, type="contextfold.langgraph/checkpoint-put", runtime_only=True):
     """A checkpoint without ``channel_values``; a later put of the same id replaces it."""
 
     ns: str
@@ -106,7 +106,7 @@ class WriteRecord(BaseModel):
     value: Typed
 
 
-class WritesPut(Event, type="contextfold.langgraph/writes-put"):
+class WritesPut(Event, type="contextfold.langgraph/writes-put", runtime_only=True):
     """Pending writes of one task against one checkpoint. A write whose (task, idx) is
     already recorded is ignored, unless its idx is negative (then it replaces)."""
 
@@ -117,7 +117,9 @@ class WritesPut(Event, type="contextfold.langgraph/writes-put"):
     writes: tuple[WriteRecord, ...]
 
 
-class CheckpointsRetracted(Event, type="contextfold.langgraph/checkpoints-retracted"):
+class CheckpointsRetracted(
+    Event, type="contextfold.langgraph/checkpoints-retracted", runtime_only=True
+):
     """These checkpoints (``[ns, checkpoint_id]``) and their writes are no longer seen."""
 
     checkpoints: tuple[tuple[str, str], ...]
@@ -125,7 +127,7 @@ class CheckpointsRetracted(Event, type="contextfold.langgraph/checkpoints-retrac
     run_ids: tuple[str, ...] = ()
 
 
-class ThreadCleared(Event, type="contextfold.langgraph/thread-cleared"):
+class ThreadCleared(Event, type="contextfold.langgraph/thread-cleared", runtime_only=True):
     """Nothing recorded before this is seen any more (a soft ``delete_thread``)."""
 
     reason: Literal["delete_thread", "prune"]

@@ -52,6 +52,7 @@ from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
 from .trace import TraceRoutes
+from .writers import check_trusted_actor_types
 
 __all__ = [
     "DEFAULT_MAX_LIVE_STREAMS",
@@ -95,6 +96,7 @@ def create_app(
     tail_poll_interval: float = DEFAULT_TAIL_POLL_INTERVAL,
     allowed_hosts: Sequence[str] | None = None,
     trusted_writer: bool = False,
+    trusted_actor_types: Iterable[str] = (),
     namespaces: Iterable[str] | None = None,
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     max_requests: int | None = None,
@@ -117,6 +119,10 @@ def create_app(
     and ``agent/`` slots are accepted, and items keep their actors (none: platform
     precedence). Only for a trusted backend that appends on the agent's behalf; by
     default they get 400 and actorless items are stamped ``{"type": "http"}``.
+    ``trusted_actor_types``: the actor types the agents trust beyond the built-in ones
+    (``cf.register_actor_type(name, trusted=True)`` in their processes); only a trusted
+    writer may use them. Whatever this process registered, an external writer's system or
+    developer items need a built-in actor type.
     ``namespaces``: the namespaces served (others get 403); any namespace when None.
     ``max_live_streams``: SSE streams (``/tail`` and ``/live``) open at once; past it 503.
     ``app.state.live_streams.close()`` ends them all (a server shutting down calls it).
@@ -125,9 +131,10 @@ def create_app(
     ``max_client_requests``: of those, from one client address (default half of
     ``max_requests``); past it 429. ``body_timeout``: seconds a request body may take to
     arrive; past it 408 (see :mod:`.limits`).
-    Raises ConfigurationError for an empty token or a bad limit.
+    Raises ConfigurationError for an empty token, a bad limit or actor type.
     """
     tokens = token_writers(token, trusted_tokens)
+    actor_types = check_trusted_actor_types(trusted_actor_types)
     for name, limit in (("max_body_bytes", max_body_bytes), ("max_live_streams", max_live_streams)):
         _check_count(name, limit)
     if max_requests is None:
@@ -160,6 +167,7 @@ def create_app(
         poll_interval=tail_poll_interval,
         slots=slots,
         trusted_writer=trusted_writer,
+        trusted_actor_types=actor_types,
         namespaces=served,
     )
     sessions = SessionRoutes(

@@ -13,7 +13,7 @@ from pydantic.json_schema import models_json_schema
 from ..context.events import RequestHeader
 from ..context.manifest import Manifest
 from ..context.state import ContextItem
-from ..events import TYPE_NAME
+from ..events import RUNTIME_TYPE_PREFIXES, TYPE_NAME
 from ..transcript.parts import PART_TYPES, Message
 from .body import MAX_META_CHARS
 
@@ -77,10 +77,10 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
                 "type": {
                     "type": "string",
                     "pattern": TYPE_NAME.pattern,
-                    "description": "The event type. Types of the agent runtime's namespace "
-                    "(contextfold.agent/) other than context-added need a trusted writer; "
-                    "a type this server knows must validate against its class, without "
-                    "unknown fields.",
+                    "description": "The event type. Types only the runtime or an "
+                    f"integration writes ({', '.join(RUNTIME_TYPE_PREFIXES)}; of them, "
+                    "context-added is open to all) need a trusted writer; a type this server "
+                    "knows must validate against its class, without unknown fields.",
                 },
                 "payload": {
                     **schema_ref("JsonValue"),

@@ -22,6 +22,7 @@ from .auth import token_writers
 from .limits import DEFAULT_EXTRA_REQUESTS, check_positive_seconds
 from .protocol import DEFAULT_HEADER_TIMEOUT, header_timeout_protocol
 from .sse import DEFAULT_MAX_LIVE_STREAMS, StreamSlots
+from .writers import check_trusted_actor_types
 
 __all__ = [
     "DEFAULT_EXTRA_CONNECTIONS",
@@ -118,6 +119,7 @@ async def serve_async(
     *,
     token: str | None = None,
     trusted_tokens: Iterable[str] = (),
+    trusted_actor_types: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -129,7 +131,8 @@ async def serve_async(
     On a loopback address only loopback ``Host`` headers (and the address itself) are
     accepted, so a web page cannot reach the server through DNS rebinding. Any other
     address needs a token (InvalidInputError otherwise, before anything is opened).
-    ``trusted_tokens`` authenticate trusted writers (see ``create_app``). At most
+    ``trusted_tokens`` authenticate trusted writers and ``trusted_actor_types`` are the
+    actor types the agents trust beyond the built-in ones (see ``create_app``). At most
     ``max_live_streams + extra_connections`` requests are in flight; a connection that
     has not sent its request headers ``header_timeout`` seconds after opening is closed.
     The transcript kept in the same database is served too. The journal is closed on the
@@ -142,6 +145,7 @@ async def serve_async(
     """
     _check_address(host, port)
     trusted = tuple(trusted_tokens)
+    actor_types = check_trusted_actor_types(trusted_actor_types)
     allowed_hosts = _allowed_hosts(host, bool(token_writers(token, trusted)))
     check_positive_seconds("header_timeout", header_timeout)
     if (
@@ -172,6 +176,7 @@ async def serve_async(
                 transcript=transcript,
                 token=token,
                 trusted_tokens=trusted,
+                trusted_actor_types=actor_types,
                 allowed_hosts=allowed_hosts,
                 max_live_streams=max_live_streams,
                 max_requests=max_live_streams + extra_connections,
@@ -211,6 +216,7 @@ def serve(
     *,
     token: str | None = None,
     trusted_tokens: Iterable[str] = (),
+    trusted_actor_types: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -225,6 +231,7 @@ def serve(
             port,
             token=token,
             trusted_tokens=trusted_tokens,
+            trusted_actor_types=trusted_actor_types,
             max_live_streams=max_live_streams,
             extra_connections=extra_connections,
             header_timeout=header_timeout,

@@ -54,6 +54,7 @@ class StreamRoutes:
         poll_interval: float,
         slots: StreamSlots,
         trusted_writer: bool = False,
+        trusted_actor_types: frozenset[str] = frozenset(),
         namespaces: frozenset[str] | None = None,
     ) -> None:
         self.journal = journal
@@ -62,6 +63,7 @@ class StreamRoutes:
         self.poll_interval = poll_interval
         self.slots = slots
         self.trusted_writer = trusted_writer
+        self.trusted_actor_types = trusted_actor_types
         self.namespaces = namespaces
 
     def routes(self) -> list[Route]:
@@ -118,9 +120,9 @@ class StreamRoutes:
     async def append(self, request: Request) -> Response:
         """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""
         journal, stream = self._stream(request)
-        writer = writer_of(request.scope, ANONYMOUS)
-        if self.trusted_writer:
-            writer = Writer(writer.name, trusted=True)
+        found = writer_of(request.scope, ANONYMOUS)
+        trusted = found.trusted or self.trusted_writer
+        writer = Writer(found.name, trusted, self.trusted_actor_types)
         body = parse_append(await read_json(request, max_bytes=self.max_body_bytes), writer)
         result = await journal.append(
             stream,

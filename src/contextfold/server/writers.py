@@ -4,30 +4,35 @@ Append access is authority only where the operator grants it. A writer is *trust
 the app was created with ``trusted_writer=True`` or the request authenticated with one of
 its ``trusted_tokens``: its events are stored as sent. Every other writer is *external*:
 
-- events only the agent runtime writes are refused: every type declared ``runtime_only``
-  (see :class:`~contextfold.events.Event`), every other type of the runtime's namespace
-  ``contextfold.agent/`` than ``context-added`` (so a runtime event this process never
-  imported is refused too), and fold checkpoints;
+- events only the agent runtime or an integration writes are refused: every type under
+  :data:`~contextfold.events.RUNTIME_TYPE_PREFIXES` but ``context-added`` (decided by the
+  name, so records of an integration this process never imported are refused too), and
+  every registered type declared ``runtime_only``;
 - a ``context-added`` item may not pose as the agent or a tool: role ``assistant``,
   ``llm_request_offset``, ``compaction``, ``tool_call_id``, a trusted actor type
-  (``agent``, or one registered trusted), actor type ``tool``, or a key of the agent's own
-  slots (``agent/…``, the system prompt among them); the body's meta ``actor`` may not
-  name such an actor type either;
+  (``agent``, or one declared to the server: ``create_app(trusted_actor_types=...)``),
+  actor type ``tool``, or a key of the agent's own slots (``agent/…``, the system prompt
+  among them); the body's meta ``actor`` may not name such an actor type either;
+- a system or developer item needs a built-in actor type: another type may be trusted by
+  an agent in another process (``register_actor_type``), which would send the item with
+  instruction precedence. Trust is the server's configuration, never its process registry;
 - an item without an actor is stamped ``{"type": "http", "id": <writer name>}``: an
   actorless item counts as platform-written, and an external writer is not the platform.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
 from starlette.types import Scope
 
-from ..context.events import ContextAdded
+from ..context.events import BUILTIN_ACTOR_TYPES, Actor, ContextAdded
 from ..context.state import SYSTEM_PROMPT_KEY
-from ..context.trust import actor_types
-from ..events import runtime_only_types
+from ..errors import ConfigurationError
+from ..events import RUNTIME_TYPE_PREFIXES, is_runtime_type
 from .errors import RequestBodyError
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "Writer",
     "check_item",
     "check_meta_actor",
+    "check_trusted_actor_types",
     "check_type",
     "is_runtime_type",
     "writer_of",
@@ -53,6 +59,9 @@ class Writer:
 
     name: str
     trusted: bool = False
+    trusted_actor_types: frozenset[str] = frozenset()
+    """The actor types the server trusts beyond the built-in ones (declared to it): an
+    external writer may not use them."""
 
 
 ANONYMOUS = Writer("anonymous")
@@ -67,16 +76,19 @@ HTTP_ACTOR_TYPE = "http"
 RUNTIME_NAMESPACE = "contextfold.agent/"
 """The runtime's type namespace: of it, external writers may append ``context-added`` only."""
 
-RUNTIME_TYPE_PREFIXES = (RUNTIME_NAMESPACE, "contextfold.checkpoint/")
-"""Type prefixes only the runtime writes (its events, fold checkpoints)."""
-
 AGENT_KEY_PREFIX = SYSTEM_PROMPT_KEY.split("/", 1)[0] + "/"
 """Slot keys of the agent's own (``agent/system-prompt``): trusted writers only."""
 
-_TRUSTED_HINT = (
-    "only the agent runtime writes it; a trusted backend appending on the agent's behalf "
-    "needs a trusted token (create_app(..., trusted_tokens=[...]), contextfold serve "
+_GRANT = (
+    "a trusted token (create_app(..., trusted_tokens=[...]), contextfold serve "
     "--trusted-token) or a server created with create_app(..., trusted_writer=True)"
+)
+_TRUSTED_HINT = (
+    f"only the agent runtime writes it; a trusted backend appending on the agent's behalf needs "
+    f"{_GRANT}"
+)
+_UNTRUSTED_TYPES = ", ".join(
+    sorted(name for name, trusted in BUILTIN_ACTOR_TYPES.items() if not trusted and name != "tool")
 )
 
 
@@ -86,11 +98,26 @@ def writer_of(scope: Scope, default: Writer = ANONYMOUS) -> Writer:
     return found if isinstance(found, Writer) else default
 
 
-def is_runtime_type(type_name: str) -> bool:
-    """Whether only the agent runtime may write events of ``type_name``."""
-    if type_name in runtime_only_types():
-        return True
-    return type_name.startswith(RUNTIME_TYPE_PREFIXES) and type_name != ContextAdded.event_type
+def check_trusted_actor_types(names: Iterable[str]) -> frozenset[str]:
+    """The actor types a server is told to trust beyond the built-in ones. Raises
+    ConfigurationError for one str instead of a collection, a malformed name, or a built-in
+    type whose trust is fixed otherwise (``agent`` is trusted already)."""
+    if isinstance(names, str):
+        raise ConfigurationError("trusted_actor_types must be a collection of names, not one str")
+    declared = set()
+    for name in names:
+        try:
+            Actor(type=name)
+        except ValidationError as exc:
+            raise ConfigurationError(
+                f"trusted actor type {name!r}: {exc.errors()[0]['msg']}"
+            ) from None
+        if BUILTIN_ACTOR_TYPES.get(name) is False:
+            raise ConfigurationError(
+                f"trusted actor type {name!r} is built in as untrusted; choose another name"
+            )
+        declared.add(name)
+    return frozenset(declared - set(BUILTIN_ACTOR_TYPES))
 
 
 def check_type(where: str, type_name: str, writer: Writer) -> None:
@@ -102,7 +129,7 @@ def check_type(where: str, type_name: str, writer: Writer) -> None:
 def check_meta_actor(actor: object, writer: Writer) -> None:
     """RequestBodyError when an external ``writer``'s body ``actor`` names an actor type it
     may not use in ``payload.actor`` (the runtime records its own appends under them)."""
-    if not writer.trusted and isinstance(actor, str) and _reserved_actor_type(actor):
+    if not writer.trusted and isinstance(actor, str) and _reserved_actor_type(actor, writer):
         raise RequestBodyError(
             f'"actor" {actor!r} is refused: it names the agent runtime or a trusted actor; '
             f"{_TRUSTED_HINT}"
@@ -123,21 +150,33 @@ def check_item(
         )
     if writer.trusted:
         return payload
-    field = _posing_field(item)
+    field = _posing_field(item, writer)
     if field is not None:
         raise RequestBodyError(
             f"{where}.{field} is refused: the item would pose as the agent's own or a "
             f"tool's; {_TRUSTED_HINT}"
+        )
+    if (
+        item.actor is not None
+        and item.role != "user"
+        and item.actor.type not in BUILTIN_ACTOR_TYPES
+    ):
+        raise RequestBodyError(
+            f"{where}.payload.actor.type {item.actor.type!r} with role {item.role!r} is "
+            "refused: it is no built-in actor type, and an agent that registered it trusted "
+            'would send the item with instruction precedence; send it with role "user" or '
+            f"under a built-in untrusted actor type ({_UNTRUSTED_TYPES}); a trusted writer "
+            f"needs {_GRANT}"
         )
     if item.actor is None:
         return {**payload, "actor": {"type": HTTP_ACTOR_TYPE, "id": writer.name}}
     return payload
 
 
-def _posing_field(item: ContextAdded) -> str | None:
+def _posing_field(item: ContextAdded, writer: Writer) -> str | None:
     if item.role == "assistant":
         return 'payload.role "assistant"'
-    if item.actor is not None and _reserved_actor_type(item.actor.type):
+    if item.actor is not None and _reserved_actor_type(item.actor.type, writer):
         return f"payload.actor.type {item.actor.type!r}"
     if item.llm_request_offset is not None:
         return "payload.llm_request_offset"
@@ -150,7 +189,9 @@ def _posing_field(item: ContextAdded) -> str | None:
     return None
 
 
-def _reserved_actor_type(name: str) -> bool:
-    # The live registry: a type registered trusted now is refused now, even though a
-    # request only trusts the registered types its header records.
-    return name == "tool" or actor_types().get(name, False)
+def _reserved_actor_type(name: str, writer: Writer) -> bool:
+    # The built-in types and the server's declaration, never this process's registry: the
+    # agents trusting a registered type run in other processes.
+    return (
+        name == "tool" or BUILTIN_ACTOR_TYPES.get(name, False) or name in writer.trusted_actor_types
+    )
