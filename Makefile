@@ -35,8 +35,7 @@ lock: $(UV)
 # An environment of its own holding exactly one resolution of every extra and the dev group
 # ($(1): the environment, $(2): uv's resolution flags), then the project itself, editable.
 define resolved_env
-	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(1)
-	rm -f $(1)/requirements.txt
+	$(UV) venv --quiet --clear --python $(PYTHON) $(1)
 	$(UV) pip compile --quiet pyproject.toml $(EXTRAS) $(2) --python $(1)/bin/python \
 		-o $(1)/requirements.txt
 	$(UV) pip sync --quiet --python $(1)/bin/python $(1)/requirements.txt
