@@ -24,6 +24,7 @@ classes.
     │   │   └── LeaseLostError                 this instance lost its lease: append refused
     │   ├── CorruptEventError                  a stored row no longer decodes as JSON
     │   ├── StoreFileMovedError                the SQLite file was moved or deleted while open
+    │   ├── StorageFullError                   the disk is full or a file-size quota is reached
     │   └── StoreUnavailableError              the backend could not be reached or is closed
     ├── FoldDefinitionError (TypeError)        a fold or what a handler returns is wrong
     ├── MissingSegmentError (LookupError)      in a handler: the event is left out
@@ -65,6 +66,7 @@ __all__ = [
     "RebuildError",
     "RefError",
     "RenderError",
+    "StorageFullError",
     "StoreError",
     "StoreFileMovedError",
     "StoreUnavailableError",
@@ -205,6 +207,12 @@ class StoreFileMovedError(StoreError):
     def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path
+
+
+class StorageFullError(StoreError):
+    """The storage refused to take the write: the disk is full, or the file reached a
+    size quota (SQLite cannot tell a write the system refused from an I/O error). Nothing
+    was written; free space or raise the quota, then retry."""
 
 
 class StoreUnavailableError(StoreError):

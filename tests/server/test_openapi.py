@@ -214,7 +214,7 @@ def test_every_route_is_documented_with_its_body() -> None:
         "actor",
     }
     assert append["additionalProperties"] is False and append["required"] == ["events"]
-    assert {"201", "200", "400", "401", "408", "409", "413", "415"} <= set(post["responses"])
+    assert {"201", "200", "400", "401", "408", "409", "413", "415", "507"} <= set(post["responses"])
 
 
 @pytest.mark.parametrize(

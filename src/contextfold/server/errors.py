@@ -15,6 +15,7 @@ subclasses of the tree, so a Python caller catching ``InvalidInputError`` catche
     ├── UnknownCursorError           404  ``after`` names no event of the stream
     ├── StoreError
     │   ├── ConflictError            409  wrong expected version, idempotency key reuse
+    │   ├── StorageFullError         507  the disk is full or a file-size quota is reached
     │   └── StoreUnavailableError    503
     ├── TooManyStreamsError          503  every live-stream (SSE) slot is taken
     ├── TooManyRequestsError         429  this client address has its share in flight
@@ -41,6 +42,7 @@ from ..errors import (
     InvalidInputError,
     RebuildError,
     RefError,
+    StorageFullError,
     StoreFileMovedError,
     StoreUnavailableError,
     UnknownCursorError,
@@ -125,6 +127,7 @@ STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (BodyTooLargeError, 413),
     (UnsupportedMediaTypeError, 415),
     (InvalidInputError, 400),
+    (StorageFullError, 507),
     (StoreUnavailableError, 503),
     (StoreFileMovedError, 503),  # reopening the journal, not a retry, fixes it
     (TooManyStreamsError, 503),
@@ -162,7 +165,10 @@ def error_response(exc: BaseException) -> Response:
 
 
 async def handle_exception(request: Request, exc: Exception) -> Response:
-    """Starlette exception handler: every error a route raises goes through here."""
-    if error_body(exc)[0] >= 500 and not isinstance(exc, TooManyStreamsError):
+    """Starlette exception handler: every error a route raises goes through here. A fault
+    the server expects (a full disk) is logged in one line, without a traceback."""
+    if isinstance(exc, StorageFullError):
+        logger.error("%s %s failed: %s", request.method, request.url.path, exc)
+    elif error_body(exc)[0] >= 500 and not isinstance(exc, TooManyStreamsError):
         logger.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return error_response(exc)

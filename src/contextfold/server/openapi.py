@@ -46,6 +46,7 @@ _ERRORS = {
     429: "This client address has its share of requests in flight: retry later.",
     503: "The server is busy (requests in flight or live streams at their limit), or the "
     "journal is unavailable.",
+    507: "The journal's disk is full or its file reached a size quota; nothing was written.",
 }
 
 
@@ -247,7 +248,7 @@ def openapi_schema(
                 ),
             },
             parameters=[stream],
-            errors=(408, 409, 413, 415),
+            errors=(408, 409, 413, 415, 507),
             body={"required": True, "content": {_JSON: {"schema": schema_ref("AppendRequest")}}},
         ),
     }

@@ -10,9 +10,11 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.errors import PipelineAborted
 from psycopg_pool import PoolClosed, PoolTimeout
 
-from ..errors import StoreError, StoreUnavailableError
+from ..errors import StorageFullError, StoreError, StoreUnavailableError
 
 __all__ = ["driver_error", "redact_url"]
+
+_DISK_FULL = "53100"  # SQLSTATE disk_full
 
 
 def driver_error(exc: Exception, where: str, doing: str) -> StoreError:
@@ -20,13 +22,19 @@ def driver_error(exc: Exception, where: str, doing: str) -> StoreError:
     and the transcript store both raise what this returns).
 
     StoreUnavailableError when the server is out of reach (no connection from the pool, an
-    OS error, a lost connection or a server shutdown), else StoreError. ``where`` is the
-    redacted URL (:func:`redact_url`), ``doing`` what was being done.
+    OS error, a lost connection or a server shutdown), StorageFullError when its disk is
+    full, else StoreError. ``where`` is the redacted URL (:func:`redact_url`), ``doing``
+    what was being done.
     """
     if isinstance(exc, (PoolTimeout, PoolClosed, OSError)) or _lost_connection(exc):
         return StoreUnavailableError(
             f"PostgreSQL at {where} is unavailable while {doing}: {exc}; "
             "check that the server is up and the URL is right, then retry"
+        )
+    if isinstance(exc, psycopg.Error) and exc.sqlstate == _DISK_FULL:
+        return StorageFullError(
+            f"PostgreSQL at {where} is out of disk space while {doing}: {exc}; nothing was "
+            "written: free space on the database server, then retry"
         )
     return StoreError(f"PostgreSQL error at {where} while {doing}: {exc}")
 

@@ -42,7 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from ..errors import ConfigurationError, StoreError, StoreFileMovedError, StoreUnavailableError
+from ..errors import (
+    ConfigurationError,
+    StorageFullError,
+    StoreError,
+    StoreFileMovedError,
+    StoreUnavailableError,
+)
 from ._sqlite_files import OpenedFiles
 from .urls import sqlite_path_hint
 
@@ -58,6 +64,9 @@ _CHECKPOINT_WAIT = 0.1  # seconds a checkpoint waits for writers and readers, th
 # about a hundred rows of a page, well under a millisecond of the event loop's time.
 _READ_STEPS = 1000
 _READ_CALLS = 4
+# What SQLite answers when the system refuses a write: SQLITE_FULL for a full disk (ENOSPC),
+# SQLITE_IOERR_WRITE for a file-size quota (EFBIG, RLIMIT_FSIZE) or a failing device.
+_REFUSED_WRITES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_WRITE})
 
 
 @dataclass
@@ -217,7 +226,15 @@ class SQLiteThread:
         return exc
 
     def _store_error(self, exc: sqlite3.Error) -> StoreError:
-        failure = StoreError(f"SQLite error on {self._what} at {self.url}: {exc}")
+        failure: StoreError
+        if getattr(exc, "sqlite_errorcode", None) in _REFUSED_WRITES:
+            failure = StorageFullError(
+                f"{self._what} at {self.url} cannot grow: the disk is full or the file "
+                f"reached a size quota ({exc}); nothing was written: free space or raise "
+                "the quota, then retry"
+            )
+        else:
+            failure = StoreError(f"SQLite error on {self._what} at {self.url}: {exc}")
         failure.__cause__ = exc
         return failure
 
