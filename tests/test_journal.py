@@ -493,3 +493,23 @@ def test_the_sync_journal_checkpoints_and_compacts() -> None:
             SAID, "s", lambda state: cf.SegmentedState([], f"{state.summary}+")
         )
         assert kept.summary == "3+" and journal.fold(SAID, "s") == kept
+
+
+async def test_all_streams_goes_through_every_page_of_the_listing() -> None:
+    """Page after page (here of 2): every stream by name, the prefix kept on each page."""
+    store = RecordingStore()
+    j = Journal(store)
+    names = [f"chat/{n}" for n in range(5)]
+    for name in [*names, "notes"]:
+        await j.append(name, cf.RawEvent("note", {}))
+    assert [i.stream async for i in j.all_streams(prefix="chat/", page_size=2)] == names
+    listed = store.of("list_streams")
+    assert [(c.args["prefix"], c.args["limit"], c.args["after"]) for c in listed] == [
+        ("chat/", 2, None),
+        ("chat/", 2, "chat/1"),
+        ("chat/", 2, "chat/3"),
+    ]
+    assert [i.stream async for i in j.all_streams()] == [*names, "notes"]
+    for bad in (0, MAX_LIMIT + 1):
+        with pytest.raises(InvalidInputError, match="page_size"):
+            [i async for i in j.all_streams(page_size=bad)]

@@ -50,9 +50,9 @@ class _Journal(Protocol):
 
     async def contains(self, stream: str, cursor: str) -> bool: ...
 
-    async def list_streams(
-        self, *, prefix: str | None = None, limit: int | None = None
-    ) -> tuple[StreamInfo, ...]: ...
+    def all_streams(
+        self, *, prefix: str | None = None, page_size: int = MAX_LIMIT
+    ) -> AsyncIterator[StreamInfo]: ...
 
     def read_all(
         self,
@@ -90,13 +90,16 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
     return body
 
 
-async def require_stream(journal: _Journal, stream: str, *, where: str = "") -> int:
+async def require_stream(
+    journal: _Journal, stream: str, *, where: str = "", page_size: int = MAX_LIMIT
+) -> int:
     """The version of ``stream``; UnknownStreamError when it has no events, naming the
-    closest stream names (``where``, e.g. the journal URL, is added to the message)."""
+    closest names among all streams, listed ``page_size`` at a time (``where``, e.g. the
+    journal URL, is added to the message)."""
     version = await journal.version(stream)
     if version:
         return version
-    names = [info.stream for info in await journal.list_streams(limit=MAX_LIMIT)]
+    names = [info.stream async for info in journal.all_streams(page_size=page_size)]
     close = tuple(difflib.get_close_matches(stream, names, n=MAX_SUGGESTIONS, cutoff=0.6))
     if close:
         hint = f"did you mean {' or '.join(map(repr, close))}?"

@@ -38,6 +38,7 @@ from contextfold.runtime.lease import (
 from contextfold.runtime.loop import Agent, system_prompt
 from contextfold.runtime.tool_runs import NOT_RERUN
 from contextfold.runtime.tools import Tool, ToolContext
+from contextfold.testing import RecordingStore
 from contextfold.wire import NeutralRequest
 from tests.runtime.helpers import (
     CALL,
@@ -496,3 +497,14 @@ async def test_a_lazy_claim_lands_before_a_summary_call(journal: Journal) -> Non
     report = await agent.run_until_idle()
     assert len(report.compactions) == 1 and seen == [lease.token]
     await confirm_claim(journal)  # a plain journal: nothing to land
+
+
+async def test_the_lease_table_looks_at_every_page_of_streams() -> None:
+    """Past one page of the listing (here of 2) the streams of the next pages are read too."""
+    store = RecordingStore()
+    journal = Journal(store)
+    streams = [f"chat/{n}" for n in range(5)]
+    for stream in streams:
+        await claim_lease(journal, stream, holder="w1", ttl=10)
+    assert [r.stream for r in await lease_table(journal, page_size=2)] == streams
+    assert [c.args["after"] for c in store.of("list_streams")] == [None, "chat/1", "chat/3"]

@@ -23,6 +23,7 @@ from contextfold.runtime.loop import Agent
 from contextfold.runtime.worker import Worker
 from contextfold.store.base import AppendResult, StreamInfo
 from contextfold.store.memory import MemoryStore
+from contextfold.testing import RecordingStore
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 from tests.runtime.helpers import (
     answered,
@@ -390,3 +391,22 @@ async def test_an_answered_request_lets_its_watcher_end_the_read_it_began() -> N
     await Agent(journal, "chat", FunctionModel(lambda request: "ok")).run_until_idle()
     assert await answered(journal, "chat")
     assert store.cut == 0 and store.finished >= 1
+
+
+async def test_a_scan_serves_the_streams_of_every_page_of_the_listing() -> None:
+    """Past one page of the listing (here of 2) the streams of the next pages are served."""
+    store = RecordingStore()
+    journal = Journal(store)
+    streams = [f"chat/{n}" for n in range(5)]
+    for stream in streams:
+        await new_agent_stream(journal, stream)
+    worker = Worker(journal, echo_app(), **FAST)
+    worker.scan_page_size = 2
+    async with running(worker):
+
+        async def all_answered() -> bool:
+            return all([await answered(journal, s) for s in streams])
+
+        await eventually(all_answered, what="every stream answered")
+    first_scan = [c.args["after"] for c in store.of("list_streams")][:3]
+    assert first_scan == [None, "chat/1", "chat/3"]

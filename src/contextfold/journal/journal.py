@@ -21,7 +21,15 @@ from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache, FoldReader
 from ..folds.segmented import SegmentedFold
-from ..store.base import AppendResult, ReadResult, Store, StreamInfo, TailReset, parse_cursor
+from ..store.base import (
+    MAX_LIMIT,
+    AppendResult,
+    ReadResult,
+    Store,
+    StreamInfo,
+    TailReset,
+    parse_cursor,
+)
 from ..store.urls import open_store
 from ..telemetry import record_append, record_fold_read
 from ..views.strategies import KeepFrom
@@ -339,6 +347,21 @@ class Journal:
             check_stream(after)
         store = await self._ready()
         return await store.list_streams(self.namespace, prefix=prefix, limit=limit, after=after)
+
+    async def all_streams(
+        self, *, prefix: str | None = None, page_size: int = MAX_LIMIT
+    ) -> AsyncIterator[StreamInfo]:
+        """Every stream of the namespace (only those starting with ``prefix`` when given),
+        by name, page by page: no count of streams is too many to see them all."""
+        check_limit(page_size, name="page_size")
+        after: str | None = None
+        while True:
+            page = await self.list_streams(prefix=prefix, limit=page_size, after=after)
+            for info in page:
+                yield info
+            if len(page) < page_size:
+                return
+            after = page[-1].stream
 
     @overload
     def subscribe(

@@ -25,7 +25,7 @@ from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache
 from ..folds.segmented import SegmentedFold
-from ..store.base import AppendResult, ReadResult, StreamInfo, TailReset
+from ..store.base import MAX_LIMIT, AppendResult, ReadResult, StreamInfo, TailReset
 from ..views.strategies import KeepFrom
 from ..views.view import ContextView
 from .compaction import CompactionResult, Summarize
@@ -198,6 +198,11 @@ class SyncJournal:
         self, *, prefix: str | None = None, limit: int | None = None, after: str | None = None
     ) -> tuple[StreamInfo, ...]:
         return self._call(self.journal.list_streams(prefix=prefix, limit=limit, after=after))
+
+    def all_streams(
+        self, *, prefix: str | None = None, page_size: int = MAX_LIMIT
+    ) -> Iterator[StreamInfo]:
+        return self._iterate(self.journal.all_streams(prefix=prefix, page_size=page_size))
 
     @overload
     def subscribe(

@@ -224,11 +224,13 @@ async def view_lease(journal: Journal, stream: str, *, version: int | None = Non
     return LeaseView(version, current, await journal.head(stream))
 
 
-async def lease_table(journal: Journal, *, prefix: str | None = None) -> tuple[LeaseRecord, ...]:
-    """The lease of every stream of the namespace that has one (by name; at most
-    :data:`~contextfold.store.base.MAX_LIMIT` streams are looked at: narrow with ``prefix``)."""
+async def lease_table(
+    journal: Journal, *, prefix: str | None = None, page_size: int = MAX_LIMIT
+) -> tuple[LeaseRecord, ...]:
+    """The lease of every stream of the namespace that has one (by name; only streams
+    starting with ``prefix`` when given), its streams listed ``page_size`` at a time."""
     records: list[LeaseRecord] = []
-    for info in await journal.list_streams(prefix=prefix, limit=MAX_LIMIT):
+    async for info in journal.all_streams(prefix=prefix, page_size=page_size):
         record = await read_lease(journal, info.stream)
         if record is not None:
             records.append(record)

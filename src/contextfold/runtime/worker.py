@@ -90,6 +90,9 @@ class Worker:
     single process only. Raises ConfigurationError for a bad setting.
     """
 
+    scan_page_size: int = MAX_LIMIT
+    """Streams listed per page of a scan, which reads every page."""
+
     def __init__(
         self,
         journal: Journal,
@@ -219,7 +222,7 @@ class Worker:
     async def _scan(self) -> None:
         loop = asyncio.get_running_loop()
         try:
-            infos = await self.journal.list_streams(limit=MAX_LIMIT)
+            infos = [info async for info in self.journal.all_streams(page_size=self.scan_page_size)]
         except StoreError as exc:
             self._scan_failures += 1
             self._count(store_errors=1)
@@ -232,13 +235,6 @@ class Worker:
         self._scan_failures = 0
         interval = self.rescan_interval if self._listening else self.poll_interval
         self._next_scan = loop.time() + interval
-        if len(infos) == MAX_LIMIT:
-            log.warning(
-                "worker %s: namespace %r has %s streams or more; only the first are served",
-                self.holder,
-                self.journal.namespace,
-                MAX_LIMIT,
-            )
         keyed = self._key_of()
         changed: list[str] = []
         for info in infos:
