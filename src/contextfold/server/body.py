@@ -11,6 +11,7 @@ actorless items.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
@@ -31,6 +32,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "MAX_META_CHARS",
     "NAMESPACE_HEADER",
+    "NAMESPACE_HEADER_PATTERN",
     "AppendRequest",
     "check_query",
     "parse_append",
@@ -118,12 +120,19 @@ def parse_append(body: Any, writer: Writer = ANONYMOUS) -> AppendRequest:
         _event(index, item, writer=writer, body_actor=body_actor)
         for index, item in enumerate(raw_events)
     )
-    expected = fields.get("expected_version")
-    if expected is not None and (
-        isinstance(expected, bool) or not isinstance(expected, int) or expected < 0
+    return AppendRequest(events, _expected_version(fields.get("expected_version")), **strings)
+
+
+def _expected_version(value: object) -> int | None:
+    """The body's ``expected_version``: an int from 0 to 2**63 - 1, or a number equal to
+    one (JSON Schema, and so a client's validator, counts 0.0 as the integer 0)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if value is None or (
+        isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
     ):
-        raise RequestBodyError(f'"expected_version" must be an int >= 0, got {expected!r}')
-    return AppendRequest(events, expected, **strings)
+        return value
+    raise RequestBodyError(f'"expected_version" must be an int from 0 to 2**63 - 1, got {value!r}')
 
 
 def _object(value: Any, where: str, allowed: frozenset[str]) -> Mapping[str, Any]:
@@ -254,6 +263,9 @@ def query_int(request: Request, name: str, *, default: int, low: int, high: int)
 
 
 NAMESPACE_HEADER = "x-contextfold-namespace"
+NAMESPACE_HEADER_PATTERN = "^[!-~](?:[ -~]*[!-~])?$"
+"""What a namespace header may hold: printable ASCII without edge spaces (a header value
+reaches the server as latin-1 bytes, so no other character would arrive as it was sent)."""
 
 
 def request_namespace(request: Request, default: str) -> str:
@@ -262,6 +274,12 @@ def request_namespace(request: Request, default: str) -> str:
     Raises InvalidInputError when both are given and differ."""
     header = request.headers.get(NAMESPACE_HEADER)
     query = request.query_params.get("namespace")
+    if header is not None and re.fullmatch(NAMESPACE_HEADER_PATTERN, header) is None:
+        raise InvalidInputError(
+            f"the X-Contextfold-Namespace header {header[:80]!r} must be 1 or more printable "
+            "ASCII characters: a header cannot carry other characters as they were sent "
+            "(a live stream also takes the namespace query parameter)"
+        )
     if header is not None and query is not None and header != query:
         raise InvalidInputError(
             f"the namespace header says {header!r} and the namespace query parameter "

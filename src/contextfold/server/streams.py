@@ -70,8 +70,8 @@ class StreamRoutes:
         base = "/v1/streams"
         return [
             Route(base, self.list_streams, methods=["GET"]),
-            Route(base + "/{stream:path}/events", self.read, methods=["GET"]),
-            Route(base + "/{stream:path}/events", self.append, methods=["POST"]),
+            # one route for both methods: a 405 (and OPTIONS) then allows both
+            Route(base + "/{stream:path}/events", self.events, methods=["GET", "POST"]),
             Route(base + "/{stream:path}/context", self.context, methods=["GET"]),
             Route(base + "/{stream:path}/requests/{offset:int}", self.request, methods=["GET"]),
             Route(base + "/{stream:path}/refs/{offset:int}", self.ref, methods=["GET"]),
@@ -116,6 +116,10 @@ class StreamRoutes:
         page = found[:limit]
         more = len(found) > limit
         return JSONResponse(streams_json(page, page[-1].stream if more else None))
+
+    async def events(self, request: Request) -> Response:
+        """``…/events``: :meth:`append` for a POST, else :meth:`read`."""
+        return await (self.append if request.method == "POST" else self.read)(request)
 
     async def append(self, request: Request) -> Response:
         """``POST …/events``: append atomically; 201, or 200 for an idempotent retry."""
@@ -179,12 +183,14 @@ class StreamRoutes:
             )
         rendered = await rebuild_request(journal, stream, offset)
         manifest = await rebuild_manifest(journal, stream, offset)
-        if view == "manifest":
-            shown = manifest.model_dump(mode="json") if manifest is not None else None
-            return JSONResponse({"stream": stream, "offset": offset, "manifest": shown})
+        # both views carry the request's headers (the document requires them on the 200)
         headers = {SHA256_HEADER: rendered.sha256, TRANSPORT_HEADER: rendered.transport}
         if manifest is not None:
             headers[MANIFEST_HEADER] = manifest.hash
+        if view == "manifest":
+            shown = manifest.model_dump(mode="json") if manifest is not None else None
+            body = {"stream": stream, "offset": offset, "manifest": shown}
+            return JSONResponse(body, headers=headers)
         return Response(rendered.body, media_type="application/json", headers=headers)
 
     async def ref(self, request: Request) -> Response:
