@@ -244,22 +244,7 @@ class TemporaryPostgres:
         connection drops), and wait until it accepts connections again."""
         if self.external_dsn is not None or self.port is None:
             raise RuntimeError("only a started TemporaryPostgres can be restarted")
-        result = self._run(
-            [
-                self._bin("pg_ctl"),
-                f"--pgdata={self.data_dir}",
-                f"--log={self.log_path}",
-                "--mode=immediate",
-                "--wait",
-                f"--timeout={int(self.startup_timeout)}",
-                f"--options=-p {self.port}",
-                "restart",
-            ],
-            timeout=self.startup_timeout + 30,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"could not restart PostgreSQL:\n{result.stderr}{self._log_tail()}")
-        self._wait_until_accepting()
+        self._come_back("restart", "restart", "--mode=immediate")
 
     def halt(self) -> None:
         """Stop the server as after a crash (immediate shutdown: every connection drops),
@@ -272,21 +257,7 @@ class TemporaryPostgres:
         """Start a halted server again on its port and wait until it accepts connections."""
         if self.external_dsn is not None or self.port is None:
             raise RuntimeError("only a halted TemporaryPostgres can be resumed")
-        result = self._run(
-            [
-                self._bin("pg_ctl"),
-                f"--pgdata={self.data_dir}",
-                f"--log={self.log_path}",
-                "--wait",
-                f"--timeout={int(self.startup_timeout)}",
-                f"--options=-p {self.port}",
-                "start",
-            ],
-            timeout=self.startup_timeout + 30,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"could not resume PostgreSQL:\n{result.stderr}{self._log_tail()}")
-        self._wait_until_accepting()
+        self._come_back("resume", "start")
 
     def __enter__(self) -> TemporaryPostgres:
         return self.start()
@@ -349,22 +320,34 @@ class TemporaryPostgres:
             for key, value in settings.items():
                 conf.write(f"{key} = '{value.replace(chr(39), chr(39) * 2)}'\n")
 
+    def _pg_ctl_on_port(self, command: str, *options: str) -> subprocess.CompletedProcess[str]:
+        """``pg_ctl start`` or ``restart`` on :attr:`port`, waiting for it to finish."""
+        return self._run(
+            [
+                self._bin("pg_ctl"),
+                f"--pgdata={self.data_dir}",
+                f"--log={self.log_path}",
+                *options,
+                "--wait",
+                f"--timeout={int(self.startup_timeout)}",
+                f"--options=-p {self.port}",
+                command,
+            ],
+            timeout=self.startup_timeout + 30,
+        )
+
+    def _come_back(self, what: str, command: str, *options: str) -> None:
+        """Bring the server up again on its port and wait until it accepts connections."""
+        result = self._pg_ctl_on_port(command, *options)
+        if result.returncode != 0:
+            raise RuntimeError(f"could not {what} PostgreSQL:\n{result.stderr}{self._log_tail()}")
+        self._wait_until_accepting()
+
     def _start_server(self) -> None:
         last_error = ""
         for _ in range(5):
             self.port = _free_port()
-            result = self._run(
-                [
-                    self._bin("pg_ctl"),
-                    f"--pgdata={self.data_dir}",
-                    f"--log={self.log_path}",
-                    "--wait",
-                    f"--timeout={int(self.startup_timeout)}",
-                    f"--options=-p {self.port}",
-                    "start",
-                ],
-                timeout=self.startup_timeout + 30,
-            )
+            result = self._pg_ctl_on_port("start")
             if result.returncode == 0:
                 return
             log = self._log_tail()
