@@ -14,10 +14,11 @@ as well rewrite the open files themselves, which no path check sees either.
 from __future__ import annotations
 
 import os
+import pathlib
 import stat
 import time
 
-__all__ = ["OpenedFiles"]
+__all__ = ["OpenedFiles", "read_only_uri"]
 
 _COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 # Coarser than every filesystem's timestamp granularity (FAT: 2 s) plus the lag of the
@@ -94,3 +95,21 @@ class OpenedFiles:
             if (info.st_dev, info.st_ino) != opened:
                 return f"{name} is another file"
         return None
+
+
+def read_only_uri(path: str) -> str:
+    """The URI opening the database at ``path`` for reading only, never creating a file.
+
+    Where this process may write beside it: ``mode=rw`` (with ``query_only`` on the
+    connection), since a ``mode=ro`` connection cannot remove the ``-wal`` and ``-shm``
+    it creates. On read-only media, or a file or folder it may not write: ``mode=ro``,
+    which reads a writer's WAL through the ``-shm`` beside it; with no ``-wal`` there (no
+    writer has it open) also ``immutable=1``, as a WAL database cannot be read without a
+    ``-shm`` that read-only media cannot get; a writer that starts later is not seen."""
+    absolute = os.path.abspath(path)
+    uri = pathlib.Path(absolute).as_uri()
+    if os.access(absolute, os.W_OK) and os.access(os.path.dirname(absolute), os.W_OK):
+        return uri + "?mode=rw"
+    if os.path.exists(absolute + "-wal"):
+        return uri + "?mode=ro"
+    return uri + "?mode=ro&immutable=1"

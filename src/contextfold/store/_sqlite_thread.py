@@ -49,7 +49,7 @@ from ..errors import (
     StoreFileMovedError,
     StoreUnavailableError,
 )
-from ._sqlite_files import OpenedFiles
+from ._sqlite_files import OpenedFiles, read_only_uri
 from .urls import sqlite_path_hint
 
 __all__ = ["SQLiteThread"]
@@ -418,15 +418,15 @@ class SQLiteThread:
         return conn
 
     def _connect_existing(self) -> sqlite3.Connection:
-        # mode=rw never creates the file (nor its directory); query_only refuses writes. Not
-        # mode=ro: a read-only connection cannot remove the -wal and -shm it creates.
+        # Never creates the file (nor its directory); query_only refuses writes. Read-only
+        # media are opened read-only (see read_only_uri).
         if self.path in ("", ":memory:") or not Path(self.path).is_file():
             raise StoreUnavailableError(
                 f"cannot open {self._what} at {self.url}: the file {self.path} does not "
                 f"exist{sqlite_path_hint(self.path)} (nothing was created); check the path"
             )
         try:
-            uri = Path(self.path).absolute().as_uri() + "?mode=rw"
+            uri = read_only_uri(self.path)
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         except (sqlite3.Error, OSError) as exc:
             raise self._unavailable(exc) from exc
