@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -36,7 +35,6 @@ from contextfold.transcript import (
     TranscriptBus,
     TranscriptWriter,
     compacted_history,
-    open_transcript_store,
     read_history,
 )
 from contextfold.transcript.parts import (
@@ -61,14 +59,6 @@ from contextfold.wire import (
 from tests.runtime.helpers import STREAM, events_of, requests_of, user
 
 SESSION = "session-1"
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[TranscriptStore]:
-    opened = open_transcript_store("sqlite:///:memory:")
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 class Streaming:

@@ -5,7 +5,6 @@ agent was cancelled while it ran)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from contextfold.transcript import (
     ToolStateChanged,
     TranscriptBus,
     TranscriptWriter,
-    open_transcript_store,
     read_history,
 )
 from contextfold.transcript.parts import Message, ToolPart
@@ -29,14 +27,6 @@ from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
 from tests.runtime.helpers import STREAM, user
 
 SESSION = "session-1"
-
-
-@pytest.fixture
-async def store() -> AsyncIterator[TranscriptStore]:
-    opened = open_transcript_store("sqlite:///:memory:")
-    await opened.open()
-    yield opened
-    await opened.close()
 
 
 class Recording(TranscriptWriter):
