@@ -5,8 +5,7 @@ incremental build equals a one-pass build; request bodies and diffs; prices and 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,18 +23,9 @@ from contextfold.timeline.detail import body_diff, request_bodies
 from contextfold.timeline.prices import Price, prices_from_env
 from contextfold.timeline.stats import stats_json, stats_of
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
+from tests.timeline.helpers import ticking_clock
 
 STREAM = "timeline/session"
-
-
-def _clock() -> Callable[[], datetime]:
-    now = [datetime(2026, 1, 1, tzinfo=UTC)]
-
-    def tick() -> datetime:
-        now[0] += timedelta(milliseconds=5)
-        return now[0]
-
-    return tick
 
 
 def add(a: int, b: int) -> int:
@@ -58,7 +48,7 @@ def _model(request: NeutralRequest) -> ModelOutput:
 @pytest.fixture
 async def session() -> AsyncIterator[tuple[cf.Journal, list[int]]]:
     """Two turns: a tool-calling question (with a webhook item meanwhile), then a greeting."""
-    async with cf.open_journal("memory://", clock=_clock()) as journal:
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
         agent = cf.Agent(journal, STREAM, cf.FunctionModel(_model, model="gpt-4.1"), tools=[add])
         await journal.append(STREAM, cf.system_prompt("You add numbers."))
         await journal.append(STREAM, cf.ContextAdded(role="user", content="Please add 2 and 3."))

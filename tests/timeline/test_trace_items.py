@@ -4,9 +4,6 @@ received it as."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-
 import contextfold as cf
 from contextfold.context.turns import SteerAccepted, TurnCompiled, item_sha256
 from contextfold.render.envelope import TurnEvent, compile_steer
@@ -14,18 +11,9 @@ from contextfold.runtime.dispatch import TurnDispatcher
 from contextfold.timeline.build import build_timeline
 from contextfold.timeline.stats import stats_of
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall
+from tests.timeline.helpers import ticking_clock
 
 STREAM = "timeline/chat"
-
-
-def _clock() -> Callable[[], datetime]:
-    now = [datetime(2026, 1, 1, tzinfo=UTC)]
-
-    def tick() -> datetime:
-        now[0] += timedelta(milliseconds=5)
-        return now[0]
-
-    return tick
 
 
 def _mention(event_id: str, content: str, root: str | None = None) -> TurnEvent:
@@ -52,7 +40,7 @@ async def _positions(journal: cf.Journal, event_type: str) -> list[int]:
 
 
 async def test_a_dispatched_turn_and_its_steer_are_a_turn_of_the_trace() -> None:
-    async with cf.open_journal("memory://", clock=_clock()) as journal:
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
         dispatcher = TurnDispatcher(journal, STREAM)
 
         async def lookup() -> str:
@@ -87,7 +75,7 @@ async def test_a_dispatched_turn_and_its_steer_are_a_turn_of_the_trace() -> None
 
 
 async def test_a_steer_before_the_turns_first_request_opens_no_turn_of_its_own() -> None:
-    async with cf.open_journal("memory://", clock=_clock()) as journal:
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
         dispatcher = TurnDispatcher(journal, STREAM)
         await journal.append(STREAM, cf.system_prompt("You help in chat."))
         assert await dispatcher.dispatch() is None
@@ -108,7 +96,7 @@ async def test_a_steer_before_the_turns_first_request_opens_no_turn_of_its_own()
 
 
 async def test_a_steer_record_another_writer_appended_makes_no_steer() -> None:
-    async with cf.open_journal("memory://", clock=_clock()) as journal:
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
         await journal.append(STREAM, cf.system_prompt("You help in chat."))
         steer = compile_steer(_mention("e2", "second", root="e1"))
         record = SteerAccepted(
@@ -121,7 +109,7 @@ async def test_a_steer_record_another_writer_appended_makes_no_steer() -> None:
 
 
 async def test_each_item_shows_the_role_the_model_received() -> None:
-    async with cf.open_journal("memory://", clock=_clock()) as journal:
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
         model = cf.FunctionModel(lambda request: "Noted.", transport="anthropic")
         agent = cf.Agent(journal, STREAM, model)
         await journal.append(STREAM, cf.system_prompt("You help."))
