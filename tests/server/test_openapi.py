@@ -1,7 +1,8 @@
 """The HTTP API's contract: ``/openapi.json`` documents every route, and schemathesis runs
-it against ``contextfold serve`` on loopback (a token, a real SQLite journal with an agent
-session and a transcript): no server error, no undocumented status, every response as
-documented. Bounded: 30 examples per operation, a deadline per example, a total budget."""
+it against ``contextfold serve`` on loopback (a real SQLite journal with an agent session
+and a transcript), once with the external writer's token and once with a trusted writer's:
+no server error, no undocumented status, every response as documented. Bounded: 30
+examples per operation and token, a deadline per example, a total budget."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ from contextfold.transcript.parts import Message, TextPart
 from contextfold.transcript.store.factory import open_transcript_store
 
 TOKEN = "t0ken"
+TRUSTED_TOKEN = "trusted-t0ken"
 STREAM = "demo/chat"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+TRUSTED_AUTH = {"Authorization": f"Bearer {TRUSTED_TOKEN}"}
 BUDGET_SECONDS = 300.0
 """The whole schemathesis run must end within this (each example has its own deadline)."""
 VERSION = metadata.version("contextfold")
@@ -77,7 +80,8 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int]:
 
 @pytest.fixture(scope="module")
 def served(seeded: tuple[Path, int]) -> Iterator[str]:
-    """``contextfold serve`` with a token on a free loopback port; its base URL."""
+    """``contextfold serve`` with an external and a trusted token on a free loopback port;
+    its base URL."""
     folder, _ = seeded
     url = f"sqlite:///{folder / 'journal.db'}"
     port = _free_port()
@@ -86,7 +90,12 @@ def served(seeded: tuple[Path, int]) -> Iterator[str]:
         [sys.executable, "-m", "contextfold", "serve", "--url", url, "--port", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "CONTEXTFOLD_TOKEN": TOKEN, "CONTEXTFOLD_URL": ""},
+        env={
+            **os.environ,
+            "CONTEXTFOLD_TOKEN": TOKEN,
+            "CONTEXTFOLD_TRUSTED_TOKEN": TRUSTED_TOKEN,
+            "CONTEXTFOLD_URL": "",
+        },
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -152,9 +161,26 @@ def test_the_served_document_is_the_one_tested(served: str) -> None:
     derandomize=True,
 )
 def test_the_api_keeps_its_contract(case: Any, served: str, deadline: float) -> None:
+    """As an external writer: what it may not append gets 400, as documented."""
     if time.monotonic() > deadline:
         pytest.fail(f"the schemathesis run took more than its budget of {BUDGET_SECONDS} s")
     case.call_and_validate(base_url=served, headers=AUTH, timeout=10, checks=CHECKS)
+
+
+@schema.parametrize()
+@settings(
+    max_examples=30,
+    deadline=timedelta(seconds=10),
+    suppress_health_check=list(HealthCheck),
+    derandomize=True,
+)
+def test_the_api_keeps_its_contract_for_a_trusted_writer(
+    case: Any, served: str, deadline: float
+) -> None:
+    """As a trusted writer, whose appends of the runtime's events are stored."""
+    if time.monotonic() > deadline:
+        pytest.fail(f"the schemathesis run took more than its budget of {BUDGET_SECONDS} s")
+    case.call_and_validate(base_url=served, headers=TRUSTED_AUTH, timeout=10, checks=CHECKS)
 
 
 def test_real_data_is_answered_as_documented(served: str, seeded: tuple[Path, int]) -> None:

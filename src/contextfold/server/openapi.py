@@ -14,7 +14,7 @@ from typing import Any
 
 from ..journal.encode import MAX_NAME_LENGTH
 from ..transcript.store.base import MAX_PAGE_SIZE
-from .body import NAMESPACE_HEADER
+from .body import NAMESPACE_HEADER, NAMESPACE_HEADER_PATTERN
 from .openapi_schemas import component_schemas, schema_ref
 from .streams import MANIFEST_HEADER, MAX_PAGE, SHA256_HEADER, TRANSPORT_HEADER
 from .trace_docs import trace_paths
@@ -73,8 +73,7 @@ class _Operations:
             {
                 "name": NAMESPACE_HEADER,
                 "in": "header",
-                # what survives as a header value: printable ASCII, no edge spaces
-                "schema": {**name, "pattern": "^[!-~](?:[ -~]*[!-~])?$"},
+                "schema": {**name, "pattern": NAMESPACE_HEADER_PATTERN},
                 "description": "The namespace to work in (default: the journal's).",
             }
         ]
