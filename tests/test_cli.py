@@ -6,6 +6,7 @@ nothing created or changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
@@ -15,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -487,10 +489,13 @@ def test_verify_shows_progress_only_on_a_terminal(tmp_path: Path) -> None:
     assert b"rebuilding requests" in drawn or b"reading request records" in drawn
 
 
-def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None:
+@contextlib.contextmanager
+def _following(*args: str) -> Iterator[subprocess.Popen[str]]:
+    """``contextfold events ... --follow`` in a child process, interrupted when the block
+    ends: it exits with 130 (SIGINT) and no traceback."""
     import signal
 
-    command = [sys.executable, "-m", "contextfold", "events", "chat", "--follow", "--url", session]
+    command = [sys.executable, "-m", "contextfold", "events", *args, "--follow"]
     with subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -500,12 +505,7 @@ def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None
     ) as child:
         assert child.stdout is not None and child.stderr is not None
         try:
-            history = [json.loads(child.stdout.readline()) for _ in range(2)]
-            assert [line["position"] for line in history] == [1, 2]
-            with cf.open_journal_sync(session) as journal:
-                journal.append("chat", cf.ContextAdded(role="user", content="live!"))
-            live = json.loads(child.stdout.readline())
-            assert live["position"] == 3 and live["payload"]["content"] == "live!"
+            yield child
             child.send_signal(signal.SIGINT)
             code = child.wait(timeout=30)
         finally:
@@ -513,6 +513,17 @@ def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None
                 child.kill()
         logged = child.stderr.read()
     assert code == 130 and "Traceback" not in logged, logged
+
+
+def test_events_follow_prints_what_lands_until_interrupted(session: str) -> None:
+    with _following("chat", "--url", session) as child:
+        assert child.stdout is not None
+        history = [json.loads(child.stdout.readline()) for _ in range(2)]
+        assert [line["position"] for line in history] == [1, 2]
+        with cf.open_journal_sync(session) as journal:
+            journal.append("chat", cf.ContextAdded(role="user", content="live!"))
+        live = json.loads(child.stdout.readline())
+        assert live["position"] == 3 and live["payload"]["content"] == "live!"
     refused = invoke("events", "chat", "--follow", "--limit", "2", "--url", session)
     assert refused.exit_code == 2 and "--follow cannot be combined" in refused.stderr
 
@@ -542,35 +553,18 @@ def test_events_follow_waits_for_the_first_events_of_a_stream_without_any(
 ) -> None:
     """As the HTTP tail does: a stream with no events yet is followed from its start, with
     a line on stderr saying so (the closest names included, for a typo)."""
-    import signal
-
     url = f"sqlite:///{tmp_path / 'j.db'}"
     with cf.open_journal_sync(url) as journal:
         journal.append("chats", cf.ContextAdded(role="user", content="elsewhere"))
-    command = [sys.executable, "-m", "contextfold", "events", "chat", "--follow", "--url", url]
-    with subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, URL_ENV: ""},
-    ) as child:
+    with _following("chat", "--url", url) as child:
         assert child.stdout is not None and child.stderr is not None
-        try:
-            note = child.stderr.readline()
-            assert note.startswith("-- no stream 'chat'") and "waiting for its first" in note
-            assert "did you mean 'chats'?" in note, note
-            with cf.open_journal_sync(url) as journal:
-                journal.append("chat", cf.ContextAdded(role="user", content="first!"))
-            first = json.loads(child.stdout.readline())
-            assert first["position"] == 1 and first["payload"]["content"] == "first!"
-            child.send_signal(signal.SIGINT)
-            code = child.wait(timeout=30)
-        finally:
-            if child.poll() is None:
-                child.kill()
-        logged = child.stderr.read()
-    assert code == 130 and "Traceback" not in logged, logged
+        note = child.stderr.readline()
+        assert note.startswith("-- no stream 'chat'") and "waiting for its first" in note
+        assert "did you mean 'chats'?" in note, note
+        with cf.open_journal_sync(url) as journal:
+            journal.append("chat", cf.ContextAdded(role="user", content="first!"))
+        first = json.loads(child.stdout.readline())
+        assert first["position"] == 1 and first["payload"]["content"] == "first!"
     # without --follow, or with a cursor (which no event of it can carry), still a mistake
     for args in (("events", "nope"), ("events", "nope", "--follow", "--after", "1")):
         assert "no stream 'nope'" in one_error_line(invoke(*args, "--url", url))
