@@ -7,14 +7,17 @@ the inspector's static files, which hold no data. Each token names a
 fails closed: a path it does not know as public (also under a mount prefix it cannot see
 through) needs the token.
 Browsers cannot set headers on an ``EventSource``, so the SSE routes (and only they) also
-take the token as an ``access_token`` query parameter (RFC 6750 §2.3); it may then show
-up in access logs.
+take the token as an ``access_token`` query parameter (RFC 6750 §2.3). The server's
+access log shows its value masked (:class:`AccessTokenRedaction`, which ``serve`` puts on
+uvicorn's access logger).
 """
 
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Iterable, Mapping
+from urllib.parse import unquote_plus
 
 from starlette.datastructures import Headers, QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -23,7 +26,17 @@ from ..errors import ConfigurationError
 from .errors import AuthenticationError, error_response
 from .writers import WRITER_SCOPE_KEY, Writer
 
-__all__ = ["PUBLIC_PATHS", "BearerAuth", "token_writers"]
+__all__ = [
+    "ACCESS_TOKEN_PARAMETER",
+    "PUBLIC_PATHS",
+    "AccessTokenRedaction",
+    "BearerAuth",
+    "redact_access_token",
+    "token_writers",
+]
+
+ACCESS_TOKEN_PARAMETER = "access_token"
+"""The query parameter an SSE request may carry the token in."""
 
 PUBLIC_PATHS = frozenset({"/", "/inspector.js", "/inspector.css", "/favicon.svg"})
 """Paths served without a token (relative to the app's root path)."""
@@ -99,7 +112,7 @@ class BearerAuth:
             scheme, _, value = header.partition(" ")
             return value.strip() if scheme.lower() == "bearer" and value.strip() else ""
         if scope["method"] == "GET" and scope["path"].endswith(_SSE_SUFFIXES):
-            return QueryParams(scope["query_string"]).get("access_token")
+            return QueryParams(scope["query_string"]).get(ACCESS_TOKEN_PARAMETER)
         return None
 
 
@@ -107,3 +120,29 @@ def _route_path(scope: Scope) -> str:
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
     return path[len(root) :] if root and path.startswith(root) else path
+
+
+def redact_access_token(target: str) -> str:
+    """``target`` (a path with its query, as sent) with the value of every
+    ``access_token`` parameter masked, however its name is percent-encoded."""
+    path, mark, query = target.partition("?")
+    if not mark:
+        return target
+    parts = query.split("&")
+    for index, part in enumerate(parts):
+        name, _, _ = part.partition("=")
+        if unquote_plus(name) == ACCESS_TOKEN_PARAMETER:
+            parts[index] = f"{name}=***"
+    return f"{path}?{'&'.join(parts)}"
+
+
+class AccessTokenRedaction(logging.Filter):
+    """A log filter masking the token in request targets: put on uvicorn's access logger
+    (``uvicorn.access``), whose lines carry each request's path and query."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                redact_access_token(arg) if isinstance(arg, str) else arg for arg in record.args
+            )
+        return True

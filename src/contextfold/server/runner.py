@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 import os
 import socket
 from collections.abc import Iterable
@@ -18,7 +19,7 @@ from ..journal import open_journal
 from ..store.urls import _without_password, parse_store_url, sqlite_path_hint
 from ..transcript.store.factory import open_transcript_store
 from .app import LOOPBACK_HOSTS, create_app
-from .auth import token_writers
+from .auth import AccessTokenRedaction, token_writers
 from .limits import DEFAULT_EXTRA_REQUESTS, check_positive_seconds
 from .protocol import DEFAULT_HEADER_TIMEOUT, header_timeout_protocol
 from .sse import DEFAULT_MAX_LIVE_STREAMS, StreamSlots
@@ -88,7 +89,8 @@ def uvicorn_config(
     """The uvicorn configuration ``serve`` runs ``app`` with: HTTP/1.1 whose connections
     must send their request headers within ``header_timeout`` seconds (see
     :mod:`.protocol`), no connection cap (the app counts requests in flight instead).
-    ``options`` go to uvicorn as they are."""
+    ``options`` go to uvicorn as they are. Its access log masks ``access_token`` values
+    (:class:`.auth.AccessTokenRedaction`)."""
     seconds = check_positive_seconds("header_timeout", header_timeout)
     settings: dict[str, Any] = {
         "lifespan": "off",
@@ -96,9 +98,13 @@ def uvicorn_config(
         "log_level": "info",
         **options,
     }
-    return uvicorn.Config(
+    config = uvicorn.Config(
         app, host=host, port=port, http=header_timeout_protocol(seconds), **settings
     )
+    access = logging.getLogger("uvicorn.access")  # configured by the line above
+    if not any(isinstance(f, AccessTokenRedaction) for f in access.filters):
+        access.addFilter(AccessTokenRedaction())
+    return config
 
 
 def _check_address(host: object, port: object) -> None:
