@@ -24,8 +24,13 @@ from ._cli_support import (
     CONNECT_TIMEOUT,
     DEFAULT_URL,
     URL_ENV,
+    AsJson,
     DemoUrl,
+    Namespace,
+    Stream,
+    Url,
     _dumps,
+    _events,
     _fail,
     _open,
     _print_version,
@@ -33,14 +38,13 @@ from ._cli_support import (
     _reports_errors,
     _shown,
     _usage_error,
+    _where,
     _write,
     console,
     err_console,
 )
 
 __all__ = ["CONNECT_TIMEOUT", "DEFAULT_URL", "URL_ENV", "app", "main"]
-
-_FOLLOW_POLL = 0.25  # seconds between polls for another process's appends
 
 app = typer.Typer(
     help="contextfold: the context of LLM agents, from an append-only journal.",
@@ -62,19 +66,6 @@ def _options(
     ] = False,
 ) -> None:
     """Options of every command (``contextfold --version``)."""
-
-
-Url = Annotated[
-    str,
-    typer.Option(
-        envvar=URL_ENV,
-        help="Journal URL: sqlite:///path.db, postgresql://… (default: $CONTEXTFOLD_URL, "
-        f"else {DEFAULT_URL}).",
-        show_default=False,
-    ),
-]
-Stream = Annotated[str, typer.Argument(help="Stream name.")]
-AsJson = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 
 
 @app.command()
@@ -116,6 +107,7 @@ def demo(
 @_reports_errors
 def streams(
     url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
     prefix: Annotated[str | None, typer.Option(help="Only streams starting with this.")] = None,
     as_json: AsJson = False,
 ) -> None:
@@ -128,7 +120,7 @@ def streams(
 
     async def run() -> list[Any]:
         found: list[Any] = []
-        async with _open(url) as journal:
+        async with _open(url, namespace) as journal:
             while True:
                 after = found[-1].stream if found else None
                 page = await journal.list_streams(prefix=prefix, limit=MAX_LIMIT, after=after)
@@ -144,7 +136,9 @@ def streams(
         for info in found:
             _write(f"{info.stream}\t{info.version}")
         if not found:
-            err_console.print(f"no streams in {_shown(url)}", markup=False, highlight=False)
+            err_console.print(
+                f"no streams in {_where(url, namespace)}", markup=False, highlight=False
+            )
 
 
 @app.command()
@@ -152,6 +146,7 @@ def streams(
 def events(
     stream: Stream,
     url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
     after: Annotated[
         str | None, typer.Option(help="Start after this cursor (one that events printed).")
     ] = None,
@@ -176,7 +171,7 @@ def events(
     if follow and (limit is not None or as_json):
         _usage_error("--follow", "cannot be combined with --limit or --json")
     try:
-        corrupt = asyncio.run(_events(url, stream, after, limit, follow, as_json))
+        corrupt = asyncio.run(_events(url, namespace, stream, after, limit, follow, as_json))
     except KeyboardInterrupt:  # the end of --follow
         raise typer.Exit(130) from None
     if corrupt:
@@ -188,91 +183,13 @@ def events(
         raise typer.Exit(1)
 
 
-async def _events(
-    url: str, stream: str, after: str | None, limit: int | None, follow: bool, as_json: bool
-) -> int:
-    """Print the events (see ``events``); returns how many corrupt rows were left out."""
-    from .errors import UnknownCursorError, UnknownStreamError
-    from .inspection import event_json, require_cursor, require_stream
-    from .store.base import TailReset
-    from .store.rows import corrupt_row
-
-    corrupt = 0
-    page_events: list[dict[str, Any]] = []
-
-    def emit(event: Any) -> None:
-        nonlocal corrupt
-        bad = corrupt_row(event)
-        if bad is not None:
-            corrupt += 1
-            err_console.print(f"corrupt row: {bad}", markup=False, highlight=False)
-        elif as_json:
-            page_events.append(event_json(event))
-        else:
-            _write(_dumps(event_json(event)))
-
-    async with _open(url) as journal:
-        try:
-            await require_stream(journal, stream, where=_shown(url))
-        except UnknownStreamError as exc:
-            if not follow or after is not None:
-                raise
-            # Like the HTTP tail: a stream is followed from before its first event.
-            err_console.print(
-                f"-- {exc}; waiting for its first events", markup=False, highlight=False
-            )
-        if after is not None:
-            await require_cursor(journal, stream, after)
-        cursor, printed, more = after, 0, False
-        while True:
-            size = 1000 if limit is None else min(1000, limit - printed)
-            page = await journal.read(stream, after=cursor, limit=size)
-            if page.reset:  # deleted between the check and the read
-                raise UnknownCursorError(
-                    f"stream {stream!r} was deleted while it was read", stream=stream, cursor=""
-                )
-            for event in page.events:
-                emit(event)
-            printed += len(page.events)
-            cursor = page.cursor
-            if not page.more:
-                break
-            if limit is not None and printed >= limit:
-                more = True
-                break
-        if as_json:
-            _write(
-                _dumps({"stream": stream, "events": page_events, "cursor": cursor, "more": more})
-            )
-        elif more:
-            err_console.print(
-                f"-- {printed} events shown, more follow: continue with --after {cursor}",
-                markup=False,
-                highlight=False,
-            )
-        if not follow:
-            return corrupt
-        sys.stdout.flush()
-        live = journal.subscribe(stream, after=cursor, poll_interval=_FOLLOW_POLL, resets=True)
-        async for item in live:
-            if isinstance(item, TailReset):
-                err_console.print(
-                    f"-- stream {stream!r} was deleted or recreated: following it from its start",
-                    markup=False,
-                    highlight=False,
-                )
-                continue
-            emit(item)
-            sys.stdout.flush()
-    return corrupt
-
-
 @app.command()
 @_reports_errors
 def rebuild(
     stream: Stream,
     offset: Annotated[int, typer.Argument(help="Offset (@N) of the request event.")],
     url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
     as_json: Annotated[
         bool,
         typer.Option("--json", help="Print the body with its transport, SHA-256 and manifest."),
@@ -291,8 +208,8 @@ def rebuild(
     from .inspection import require_stream
 
     async def run() -> Any:
-        async with _open(url) as journal:
-            version = await require_stream(journal, stream, where=_shown(url))
+        async with _open(url, namespace) as journal:
+            version = await require_stream(journal, stream, where=_where(url, namespace))
             if not 1 <= offset <= version:
                 raise RebuildError(
                     f"stream {stream!r} has positions 1 to {version}: @{offset} is none of "
@@ -335,6 +252,7 @@ def ref(
         ),
     ],
     url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
 ) -> None:
     """Print the whole text a ref names (a tool output or a context item), byte for byte.
 
@@ -347,8 +265,8 @@ def ref(
     stream, offset = parse_ref(target)
 
     async def run() -> str:
-        async with _open(url) as journal:
-            await require_stream(journal, stream, where=_shown(url))
+        async with _open(url, namespace) as journal:
+            await require_stream(journal, stream, where=_where(url, namespace))
             return await read_ref(journal, stream, offset)
 
     text = asyncio.run(run())
@@ -358,7 +276,12 @@ def ref(
 
 @app.command()
 @_reports_errors
-def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> None:
+def verify(
+    stream: Stream,
+    url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
+    as_json: AsJson = False,
+) -> None:
     """Rebuild every recorded request of a stream and report any whose bytes drifted.
 
     One pass, holding one request at a time: each drift is printed as it is found.
@@ -379,11 +302,11 @@ def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> N
         console.print(line, markup=False, highlight=False)
 
     async def run(progress: Any) -> Verification:
-        async with _open(url) as journal:
+        async with _open(url, namespace) as journal:
             return await verify_stream(
                 journal,
                 stream,
-                where=_shown(url),
+                where=_where(url, namespace),
                 progress=progress,
                 problem=None if as_json else show,
             )
@@ -414,6 +337,7 @@ def verify(stream: Stream, url: Url = DEFAULT_URL, as_json: AsJson = False) -> N
 def stats(
     stream: Stream,
     url: Url = DEFAULT_URL,
+    namespace: Namespace = "default",
     prices: Annotated[
         Path | None,
         typer.Option(
@@ -439,8 +363,8 @@ def stats(
     table = load_prices(prices) if prices is not None and str(prices) else None
 
     async def run() -> Any:
-        async with _open(url) as journal:
-            await require_stream(journal, stream, where=_shown(url))
+        async with _open(url, namespace) as journal:
+            await require_stream(journal, stream, where=_where(url, namespace))
             return await build_timeline(journal, stream)
 
     done = stats_of(asyncio.run(run()), table)
@@ -539,7 +463,6 @@ def serve(
 
 workers = typer.Typer(help="Serve every stream of a namespace that has pending triggers.")
 app.add_typer(workers, name="worker")
-Namespace = Annotated[str, typer.Option(help="The namespace (tenant) of the journal.")]
 
 
 @workers.callback(invoke_without_command=True)
@@ -578,8 +501,7 @@ def worker_status(
     from .runtime.lease import lease_table
 
     async def run() -> tuple[Any, Any]:
-        async with _open(url) as opened:
-            journal = opened.with_namespace(namespace)
+        async with _open(url, namespace) as journal:
             return await lease_table(journal), journal.clock()
 
     leases, now = asyncio.run(run())
