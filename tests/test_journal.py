@@ -374,13 +374,21 @@ async def test_meta_strings_are_bounded_in_the_library_as_over_http(name: str) -
     await j.close()
 
 
+# Bidi controls, zero-width characters, line separators and the byte order mark.
+_HIDDEN_FORMAT = frozenset(
+    "\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d"
+    "\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff"
+)
+
+
 def _stream_name_rule(name: str) -> bool:
     """The documented rule for stream names, written out plainly."""
     return (
         bool(name)
         and name.strip() == name
         and len(name) <= MAX_NAME_LENGTH
-        and not any(ord(ch) < 32 or ord(ch) == 127 or 0xD800 <= ord(ch) <= 0xDFFF for ch in name)
+        and not any(ord(ch) < 32 or 127 <= ord(ch) <= 159 for ch in name)  # C0, DEL, C1
+        and not any(0xD800 <= ord(ch) <= 0xDFFF or ch in _HIDDEN_FORMAT for ch in name)
     )
 
 

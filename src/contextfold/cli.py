@@ -116,6 +116,7 @@ def streams(
     Every stream is listed, page after page; ``--json`` is the shape of ``GET /v1/streams``
     with all of them in one page.
     """
+    from .journal.encode import escape_hidden, shown_name
     from .store.base import MAX_LIMIT
 
     async def run() -> list[Any]:
@@ -129,12 +130,14 @@ def streams(
                     return found
 
     found = asyncio.run(run())
+    # A name stored before names were checked may hold characters that hide or reorder
+    # text: printed escaped, never raw.
     if as_json:
         listed = [{"stream": info.stream, "version": info.version} for info in found]
-        _write(_dumps({"streams": listed, "next": None}))
+        _write(escape_hidden(_dumps({"streams": listed, "next": None})))
     else:
         for info in found:
-            _write(f"{info.stream}\t{info.version}")
+            _write(f"{shown_name(info.stream)}\t{info.version}")
         if not found:
             err_console.print(
                 f"no streams in {_where(url, namespace)}", markup=False, highlight=False

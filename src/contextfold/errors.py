@@ -96,7 +96,7 @@ class InvalidInputError(ContextfoldError, ValueError):
 
 
 class InvalidStreamNameError(InvalidInputError):
-    """A stream name is empty, too long, or contains control characters."""
+    """A stream name is empty, too long, or holds control, bidi or zero-width characters."""
 
 
 class PayloadError(InvalidInputError):

@@ -126,6 +126,29 @@ async def test_utf8_stream_names_are_still_served(server: Running, journal: cf.J
     assert [info.stream for info in await journal.list_streams()] == ["café"]
 
 
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200b", "\ufeff", "\x85", "\x7f"])
+async def test_names_with_hidden_characters_are_refused(
+    server: Running, journal: cf.Journal, char: str
+) -> None:
+    """Bidi, zero-width and control characters in a stream or namespace name get
+    400 from the library's one check, naming the character; nothing is stored."""
+    quoted = "".join(f"%{byte:02X}" for byte in char.encode())
+    body = {"events": [{"type": "note", "payload": {}}]}
+    code = f"U+{ord(char):04X}"
+    for method, target in (
+        ("POST", f"/v1/streams/pay{quoted}ment/events"),
+        ("GET", f"/v1/streams/pay{quoted}ment/tail"),
+        ("GET", f"/v1/streams/pay{quoted}ment/context"),
+        ("GET", f"/v1/streams?namespace=ten{quoted}ant"),
+    ):
+        request = server.client.build_request(
+            method, target, json=body if method == "POST" else None
+        )
+        kind = "InvalidInputError" if "namespace" in target else "InvalidStreamNameError"
+        assert code in _refusal(await server.client.send(request), kind), target
+    assert await journal.list_streams() == ()
+
+
 async def test_a_refused_host_gets_the_json_error_body(serve: Serve, journal: cf.Journal) -> None:
     async with serve() as server:
         for host in ("rebound.attacker.example", "127.0.0.1:notaport", ""):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time as _time
+import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 
@@ -40,12 +41,15 @@ __all__ = [
     "check_limit",
     "check_max_payload_bytes",
     "check_meta",
+    "check_name_characters",
     "check_namespace",
     "check_prefix",
     "check_stream",
     "check_text",
     "check_types",
     "encode_events",
+    "escape_hidden",
+    "shown_name",
     "utc_now",
 ]
 
@@ -117,11 +121,7 @@ def check_stream(stream: object) -> str:
             f"stream name {stream[:40]!r}… is {len(stream)} characters; the limit is "
             f"{MAX_NAME_LENGTH}"
         )
-    if stream.isascii() and stream.isprintable():
-        return stream  # no control character, no surrogate: the usual name, checked in C
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
-        raise InvalidStreamNameError(f"stream name {stream!r} contains a control character")
-    return check_text("stream name", stream, InvalidStreamNameError)
+    return check_name_characters("stream name", stream, InvalidStreamNameError)
 
 
 def check_namespace(namespace: object) -> str:
@@ -131,9 +131,79 @@ def check_namespace(namespace: object) -> str:
             f"namespace must be a non-empty str of at most {MAX_NAME_LENGTH} characters, "
             f"got {namespace!r}"
         )
-    if any(ord(ch) < 32 for ch in namespace):
-        raise InvalidInputError(f"namespace {namespace!r} contains a control character")
-    return check_text("namespace", namespace)
+    return check_name_characters("namespace", namespace)
+
+
+# C0 and C1 controls and DEL; bidi controls (ALM, LRM, RLM, the embeddings and overrides,
+# the isolates); zero-width characters (Mongolian vowel separator, zero-width space,
+# non-joiner, joiner, word joiner, invisible operators); line and paragraph separators;
+# the byte order mark.
+_HIDDEN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+def check_name_characters(
+    what: str, name: str, error: type[InvalidInputError] = InvalidInputError
+) -> str:
+    """Return ``name`` (a stream, namespace or session name) or raise ``error`` naming
+    ``what`` when it holds a control, bidi or zero-width character, a byte order mark or a
+    lone surrogate. Such characters show as nothing or reorder the text around them, so one
+    name could pass for another on a screen: the library, the transcript and the HTTP
+    server refuse them with this one check."""
+    if name.isascii() and name.isprintable():
+        return name  # the usual name, checked in C
+    found = _HIDDEN.search(name)
+    if found is not None:
+        char = found.group()
+        raise error(
+            f"{what} {name[:80]!r} holds {_kind(char)}, U+{ord(char):04X}"
+            f"{_named(char)}, at index {found.start()}: a name must "
+            "not hold control, bidi or zero-width characters (they hide or reorder text, so "
+            "one name could pass for another); nothing was done"
+        )
+    return check_text(what, name, error)
+
+
+def shown_name(name: str) -> str:
+    """``name`` for a terminal: as it is when :func:`check_name_characters` would take it,
+    else quoted with each such character escaped (``'a\\u202eb'``), so a name stored
+    before the check (or by other means) cannot hide or reorder what is printed with it."""
+    if name.isascii() and name.isprintable():
+        return name
+    if _HIDDEN.search(name) is None and _surrogate_in(name) is None:
+        return name
+    return repr(name)
+
+
+def escape_hidden(json_text: str) -> str:
+    """JSON text with every character :func:`check_name_characters` refuses written as a
+    ``\\u`` escape: the same JSON value, safe to print on a terminal (orjson escapes only
+    C0 controls, and only they may stand outside a JSON string)."""
+    if json_text.isascii() and json_text.isprintable():
+        return json_text
+    return _HIDDEN.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
+
+
+def _named(char: str) -> str:
+    name = unicodedata.name(char, "")
+    return f" {name}" if name else ""
+
+
+def _kind(char: str) -> str:
+    """What a character of :data:`_HIDDEN` is, for a message."""
+    if char in _BIDI:
+        return "a bidi control"
+    if char == "\ufeff":
+        return "a byte order mark"
+    if char in "\u2028\u2029":
+        return "a line separator"
+    if unicodedata.category(char) == "Cc":
+        return "a control character"
+    return "a zero-width character"
+
+
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def check_label(

@@ -24,7 +24,12 @@ __all__ = ["OPENAPI_PATH", "openapi_schema"]
 OPENAPI_PATH = "/openapi.json"
 
 _JSON = "application/json"
-_CONTROL = "\\u0000-\\u001f\\u007f"
+# What names may not hold (journal.encode.check_name_characters): control, bidi and
+# zero-width characters, line separators, the byte order mark.
+_CONTROL = (
+    "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e"
+    "\\u2060-\\u2064\\u2066-\\u2069\\ufeff"
+)
 _NO_CONTROL = f"^[^{_CONTROL}]*$"
 _EDGE = f"[^\\s{_CONTROL}]"  # a name neither starts nor ends with whitespace
 

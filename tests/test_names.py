@@ -1,0 +1,90 @@
+"""Stream, namespace and session names refuse characters that hide or reorder text (control,
+bidi and zero-width characters, line separators, the byte order mark) with one check, in the
+library as over HTTP; ``contextfold streams`` prints a name stored before that escaped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import contextfold as cf
+from contextfold.cli import app
+from contextfold.journal.encode import check_name_characters, escape_hidden, shown_name
+from contextfold.transcript.store.base import check_session
+
+HIDDEN = {
+    "\x07": "a control character",
+    "\x7f": "a control character",
+    "\x85": "a control character",  # C1: NEXT LINE
+    "\u202e": "a bidi control",  # RIGHT-TO-LEFT OVERRIDE
+    "\u2067": "a bidi control",  # RIGHT-TO-LEFT ISOLATE
+    "\u200f": "a bidi control",  # RIGHT-TO-LEFT MARK
+    "\u061c": "a bidi control",  # ARABIC LETTER MARK
+    "\u200b": "a zero-width character",
+    "\u200d": "a zero-width character",
+    "\u2060": "a zero-width character",
+    "\ufeff": "a byte order mark",
+    "\u2028": "a line separator",
+}
+
+
+@pytest.mark.parametrize("char", sorted(HIDDEN))
+async def test_the_library_refuses_hidden_characters_in_names(char: str) -> None:
+    name = f"invoice{char}fdp.exe"
+    where = re.escape(f"{HIDDEN[char]}, U+{ord(char):04X}")
+    async with cf.open_journal("memory://") as journal:
+        with pytest.raises(cf.InvalidStreamNameError, match=where) as refused:
+            await journal.append(name, cf.RawEvent("note", {}))
+        assert "index 7" in str(refused.value) and char not in str(refused.value)
+        with pytest.raises(cf.InvalidInputError, match=where):
+            journal.with_namespace(f"tenant{char}")
+        assert await journal.list_streams() == ()
+    with pytest.raises(cf.InvalidInputError, match=where):
+        check_session(name)
+    for fine in ("é/ü", "日本語", "a b", "emoji-🙂"):
+        assert check_name_characters("stream name", fine) == fine
+
+
+def _journal_with_a_name_stored_before_the_check(path: Path, name: str) -> None:
+    """A journal holding a stream whose name today's check refuses (renamed in SQL)."""
+
+    async def write() -> None:
+        async with cf.open_journal(f"sqlite:///{path}") as journal:
+            await journal.append("placeholder", cf.RawEvent("note", {}))
+            await journal.append("plain", cf.RawEvent("note", {}))
+
+    asyncio.run(write())
+    with sqlite3.connect(path) as conn:
+        for table in ("cf_events", "cf_streams"):
+            conn.execute(f"UPDATE {table} SET stream = ? WHERE stream = 'placeholder'", (name,))
+
+
+def test_streams_prints_hidden_characters_escaped(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe\x85\u200b"
+    _journal_with_a_name_stored_before_the_check(path, name)
+    url = f"sqlite:///{path}"
+    runner = CliRunner()
+    listed = runner.invoke(app, ["streams", "--url", url])
+    assert listed.exit_code == 0, listed.output
+    assert listed.stdout.splitlines() == [f"{name!r}\t1", "plain\t1"]
+    as_json = runner.invoke(app, ["streams", "--url", url, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    for char in "\u202e\x85\u200b":
+        assert char not in listed.stdout and char not in as_json.stdout
+    assert json.loads(as_json.stdout)["streams"][0] == {"stream": name, "version": 1}
+
+
+def test_names_the_check_takes_are_shown_as_they_are() -> None:
+    for name in ("a/b", "é", "a b"):
+        assert shown_name(name) == name
+    assert shown_name("a\u202eb") == "'a\\u202eb'"
+    text = json.dumps({"stream": "a\u2066b\x9b"}, ensure_ascii=False)
+    assert escape_hidden(text) == '{"stream": "a\\u2066b\\u009b"}'
+    assert json.loads(escape_hidden(text)) == json.loads(text)
