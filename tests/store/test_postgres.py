@@ -336,7 +336,7 @@ async def test_a_tail_cancelled_as_its_listener_starts_closes_that_connection(
     connect = psycopg.AsyncConnection.connect
 
     async def connect_then_cancel(*args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
-        conn = await connect(*args, **kwargs)
+        conn: psycopg.AsyncConnection[Any] = await connect(*args, **kwargs)
         if asyncio.current_task() is task:  # the tail's listener, not a pool connection
             opened.append(conn)
             task.cancel()  # lands on the store's next await: the LISTEN on this connection
@@ -374,7 +374,7 @@ async def test_a_journal_closed_while_a_tail_connects_its_listener_keeps_no_conn
     async def patched(*args: Any, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
         if closer is None:  # the first tail: no listener (it polls)
             raise OSError("listener unavailable")
-        conn = await connect(*args, **kwargs)
+        conn: psycopg.AsyncConnection[Any] = await connect(*args, **kwargs)
         opened.append(conn)
         await journal.close()  # the journal closes while the listener is being set up
         return conn

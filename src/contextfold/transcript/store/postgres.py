@@ -36,6 +36,7 @@ from .base import (
 __all__ = ["PostgresTranscriptStore"]
 
 R = TypeVar("R")
+_Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 # The tables a row is read from by id: formatted into SQL, so never anything else.
 _RowTable = Literal["cf_transcript_messages", "cf_transcript_parts"]
 
@@ -115,7 +116,7 @@ class PostgresTranscriptStore(TranscriptStore):
         min_size: int = 1,
         max_size: int = 4,
         timeout: float = DEFAULT_POOL_TIMEOUT,
-        _pool: AsyncConnectionPool | None = None,
+        _pool: _Pool | None = None,
     ) -> None:
         self.namespace = check_namespace(namespace)
         self.dsn = dsn
@@ -139,14 +140,14 @@ class PostgresTranscriptStore(TranscriptStore):
             return
         self._shared["closed"] = True
         # A first open still in flight closes the pool it makes itself (see _pool).
-        pool: AsyncConnectionPool | None = self._shared["pool"]
+        pool: _Pool | None = self._shared["pool"]
         if pool is not None:
             await pool.close()
 
-    async def _pool(self) -> AsyncConnectionPool:
+    async def _pool(self) -> _Pool:
         if self._shared["closed"]:
             raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
-        pool: AsyncConnectionPool | None = self._shared["pool"]
+        pool: _Pool | None = self._shared["pool"]
         if pool is not None:
             return pool
         async with self._shared["lock"]:  # concurrent first calls open one pool
@@ -158,11 +159,11 @@ class PostgresTranscriptStore(TranscriptStore):
                     await asyncio.shield(pool.close())
                     raise StoreUnavailableError(f"the transcript store at {self.url} is closed")
                 self._shared["pool"] = pool
-        opened: AsyncConnectionPool = self._shared["pool"]
+        opened: _Pool = self._shared["pool"]
         return opened
 
-    async def _open_pool(self) -> AsyncConnectionPool:
-        pool = AsyncConnectionPool(
+    async def _open_pool(self) -> _Pool:
+        pool: _Pool = AsyncConnectionPool(
             self.dsn,
             min_size=self._min_size,
             max_size=self._max_size,
