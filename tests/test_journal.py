@@ -332,7 +332,7 @@ async def test_lone_surrogates_are_refused_naming_the_argument() -> None:
                 ("idempotency_key", j.append("s", ok, idempotency_key=bad), InvalidInputError),
                 ("channels[1]", j.append("s", ok, channels=("main", bad)), InvalidInputError),
                 ("prefix", j.list_streams(prefix=bad), InvalidInputError),
-                ("stream name", j.list_streams(after="s" + bad), InvalidInputError),
+                ("after", j.list_streams(after="s" + bad), InvalidInputError),
                 ("types[1]", j.read("s", types=["e", bad]), InvalidInputError),
                 ("types[0]", j.latest("s", [bad]), InvalidInputError),
                 ("stream name", anext(j.subscribe(bad)), InvalidInputError),

@@ -88,3 +88,19 @@ def test_names_the_check_takes_are_shown_as_they_are() -> None:
     text = json.dumps({"stream": "a\u2066b\x9b"}, ensure_ascii=False)
     assert escape_hidden(text) == '{"stream": "a\\u2066b\\u009b"}'
     assert json.loads(escape_hidden(text)) == json.loads(text)
+
+
+@pytest.mark.parametrize("page_size", [1, 2])
+def test_a_listing_pages_past_a_name_stored_before_the_check(
+    tmp_path: Path, page_size: int
+) -> None:
+    # Such a name ends a page and is the next page's cursor: it is a cursor, not a new name.
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe"
+    _journal_with_a_name_stored_before_the_check(path, name)
+
+    async def listed() -> list[str]:
+        async with cf.open_journal(f"sqlite:///{path}") as journal:
+            return [info.stream async for info in journal.all_streams(page_size=page_size)]
+
+    assert asyncio.run(listed()) == [name, "plain"]

@@ -117,17 +117,10 @@ def streams(
     with all of them in one page.
     """
     from .journal.encode import escape_hidden, shown_name
-    from .store.base import MAX_LIMIT
 
     async def run() -> list[Any]:
-        found: list[Any] = []
         async with _open(url, namespace) as journal:
-            while True:
-                after = found[-1].stream if found else None
-                page = await journal.list_streams(prefix=prefix, limit=MAX_LIMIT, after=after)
-                found.extend(page)
-                if len(page) < MAX_LIMIT:
-                    return found
+            return [info async for info in journal.all_streams(prefix=prefix)]
 
     found = asyncio.run(run())
     # A name stored before names were checked may hold characters that hide or reorder

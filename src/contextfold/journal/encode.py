@@ -45,6 +45,7 @@ __all__ = [
     "check_namespace",
     "check_prefix",
     "check_stream",
+    "check_stream_cursor",
     "check_text",
     "check_types",
     "encode_events",
@@ -122,6 +123,18 @@ def check_stream(stream: object) -> str:
             f"{MAX_NAME_LENGTH}"
         )
     return check_name_characters("stream name", stream, InvalidStreamNameError)
+
+
+def check_stream_cursor(after: object) -> str:
+    """Return ``after``, a listing's cursor, or raise InvalidStreamNameError: a str a stream
+    name could be. Unlike :func:`check_stream` it takes a name stored before names were
+    checked for hidden characters, so a listing can page past one."""
+    if not isinstance(after, str) or not after or len(after) > MAX_NAME_LENGTH:
+        raise InvalidStreamNameError(
+            f"after must be a stream name (a non-empty str of at most {MAX_NAME_LENGTH} "
+            f"characters), got {after!r:.80}"
+        )
+    return check_text("after", after, InvalidStreamNameError)
 
 
 def check_namespace(namespace: object) -> str:

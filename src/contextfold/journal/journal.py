@@ -48,6 +48,7 @@ from .encode import (
     check_namespace,
     check_prefix,
     check_stream,
+    check_stream_cursor,
     check_types,
     encode_events,
     utc_now,
@@ -344,7 +345,7 @@ class Journal:
         if limit is not None:
             check_limit(limit)
         if after is not None:
-            check_stream(after)
+            check_stream_cursor(after)
         store = await self._ready()
         return await store.list_streams(self.namespace, prefix=prefix, limit=limit, after=after)
 
