@@ -6,6 +6,7 @@ from __future__ import annotations
 from contextfold.store import MemoryStore
 from contextfold.store.base import TAIL_BUFFER_BYTES, TailPages
 from contextfold.store.contract import new_event
+from contextfold.testing import RecordingStore
 
 NAMESPACE = "default"
 
@@ -43,3 +44,20 @@ async def test_a_read_after_an_unknown_cursor_says_reset_first() -> None:
     reset, stack = await pages.read()
     assert reset is not None and reset.after == "999"
     assert [event.payload["i"] for event in reversed(stack)] == [1]
+
+
+async def test_the_first_read_asks_for_a_small_page_then_pages_grow() -> None:
+    store = RecordingStore()
+    events = [new_event("e", {"i": i}) for i in range(200)]
+    await store.append(NAMESPACE, "s", events, expected_version=None, idempotency_key=None)
+    pages = TailPages(store, NAMESPACE, "s", None)
+    handed = 0
+    while True:
+        _, stack = await pages.read()
+        handed += len(stack)
+        if not pages.more:
+            break
+    limits = [call.args["limit"] for call in store.reads]
+    assert handed == 200
+    assert limits[0] <= 16
+    assert limits[:4] == [16, 32, 64, 128]  # doubled while whole pages fitted

@@ -52,6 +52,9 @@ out: a page over it is cut after the last event within it (one event at least) a
 rest read again when the tail gets there. A reader that stops taking events (a stalled
 SSE client) thus keeps at most this much of the journal in memory, however far behind."""
 _TAIL_PAGE = 1000  # the most events a live tail reads at once
+# A tail's first read: small, since the store builds a whole page (up to 4 MiB an event)
+# before the budget can cut it.
+_TAIL_FIRST_PAGE = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +322,9 @@ class TailPages:
     """The reads of one live tail, bounded in bytes: each :meth:`read` hands out at most
     :data:`TAIL_BUFFER_BYTES` of events (one at least) and holds nothing of a page past
     them. The page size in events follows the events' sizes: it shrinks to what fitted
-    when a page was cut and doubles (up to 1,000) while whole pages fit, so a stream of
-    large events is not read past the budget again and again."""
+    when a page was cut and doubles (from 16, up to 1,000) while whole pages fit, so a
+    stream of large events is not read past the budget again and again, nor far past it
+    by the first read."""
 
     def __init__(self, store: Store, namespace: str, stream: str, after: str | None) -> None:
         self.store = store
@@ -330,7 +334,7 @@ class TailPages:
         """Where the next read continues: after the last event handed out."""
         self.more = False
         """Whether the last read left events to read at once."""
-        self._limit = _TAIL_PAGE
+        self._limit = _TAIL_FIRST_PAGE
 
     async def read(self) -> tuple[TailReset | None, list[StoredEvent]]:
         """The reset to yield first (the cursor named no event of the stream), if any, and
