@@ -9,6 +9,7 @@ import inspect
 import math
 import signal
 import threading
+import unicodedata
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -374,10 +375,10 @@ async def test_meta_strings_are_bounded_in_the_library_as_over_http(name: str) -
     await j.close()
 
 
-# Bidi controls, zero-width characters, line separators and the byte order mark.
-_HIDDEN_FORMAT = frozenset(
-    "\u061c\u180e\u200b\u200c\u200d\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d"
-    "\u202e\u2060\u2061\u2062\u2063\u2064\u2066\u2067\u2068\u2069\ufeff"
+# Unicode's default-ignorable code points outside the control and format categories.
+_IGNORABLE = frozenset(
+    "\u034f\u115f\u1160\u17b4\u17b5\u180b\u180c\u180d\u180f\u2065\u3164\uffa0"
+    + "".join(map(chr, [*range(0xFE00, 0xFE10), *range(0xFFF0, 0xFFF9), *range(0xE0000, 0xE1000)]))
 )
 
 
@@ -387,8 +388,8 @@ def _stream_name_rule(name: str) -> bool:
         bool(name)
         and name.strip() == name
         and len(name) <= MAX_NAME_LENGTH
-        and not any(ord(ch) < 32 or 127 <= ord(ch) <= 159 for ch in name)  # C0, DEL, C1
-        and not any(0xD800 <= ord(ch) <= 0xDFFF or ch in _HIDDEN_FORMAT for ch in name)
+        and not any(unicodedata.category(ch) in {"Cc", "Cf", "Zl", "Zp", "Cs"} for ch in name)
+        and not any(ch in _IGNORABLE for ch in name)
     )
 
 

@@ -4,19 +4,29 @@ library as over HTTP; ``contextfold streams`` prints a name stored before that e
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from typer.testing import CliRunner
 
 import contextfold as cf
 from contextfold.cli import app
-from contextfold.journal.encode import check_name_characters, escape_hidden, shown_name
+from contextfold.inspection import verify_stream
+from contextfold.journal.encode import (
+    MAX_NAME_LENGTH,
+    check_name_characters,
+    escape_hidden,
+    shown_name,
+)
+from contextfold.server import create_app
 from contextfold.transcript.store.base import check_session
+from tests.server.helpers import running
 
 HIDDEN = {
     "\x07": "a control character",
@@ -31,6 +41,23 @@ HIDDEN = {
     "\u2060": "a zero-width character",
     "\ufeff": "a byte order mark",
     "\u2028": "a line separator",
+    "\ud800": "a lone surrogate",
+    "\u00ad": "a soft hyphen",
+    "\u2065": "an invisible character",  # unassigned, default-ignorable
+    "\u206a": "a format character",  # INHIBIT SYMMETRIC SWAPPING
+    "\u206f": "a format character",  # NOMINAL DIGIT SHAPES
+    "\U000e0001": "a tag character",  # LANGUAGE TAG
+    "\U000e0041": "a tag character",  # TAG LATIN CAPITAL LETTER A
+    "\U000e007f": "a tag character",  # CANCEL TAG
+    "\ufe00": "a variation selector",
+    "\ufe0f": "a variation selector",
+    "\U000e0100": "a variation selector",
+    "\U000e01ef": "a variation selector",
+    "\u115f": "a Hangul filler",
+    "\u1160": "a Hangul filler",
+    "\u3164": "a Hangul filler",
+    "\uffa0": "a Hangul filler",
+    "\u034f": "an invisible character",  # COMBINING GRAPHEME JOINER
 }
 
 
@@ -47,7 +74,7 @@ async def test_the_library_refuses_hidden_characters_in_names(char: str) -> None
         assert await journal.list_streams() == ()
     with pytest.raises(cf.InvalidInputError, match=where):
         check_session(name)
-    for fine in ("é/ü", "日本語", "a b", "emoji-🙂"):
+    for fine in ("é/ü", "日本語", "a b", "emoji-🙂", "한국어", "a\u00a0b"):
         assert check_name_characters("stream name", fine) == fine
 
 
@@ -88,6 +115,13 @@ def test_names_the_check_takes_are_shown_as_they_are() -> None:
     text = json.dumps({"stream": "a\u2066b\x9b"}, ensure_ascii=False)
     assert escape_hidden(text) == '{"stream": "a\\u2066b\\u009b"}'
     assert json.loads(escape_hidden(text)) == json.loads(text)
+    for char in HIDDEN:
+        if char != "\ud800":  # not in JSON text orjson writes
+            text = json.dumps({"stream": f"a{char}b"}, ensure_ascii=False)
+            assert char not in escape_hidden(text) and escape_hidden(text).isascii()
+            assert json.loads(escape_hidden(text)) == json.loads(text)
+            shown = shown_name(f"a{char}b")
+            assert char not in shown and ast.literal_eval(shown) == f"a{char}b"
 
 
 @pytest.mark.parametrize("page_size", [1, 2])
@@ -104,3 +138,50 @@ def test_a_listing_pages_past_a_name_stored_before_the_check(
             return [info.stream async for info in journal.all_streams(page_size=page_size)]
 
     assert asyncio.run(listed()) == [name, "plain"]
+
+
+def test_a_stream_named_before_the_check_can_be_read_and_deleted(tmp_path: Path) -> None:
+    # Only a write checks the name as a new one: old data stays readable and removable.
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe"
+    _journal_with_a_name_stored_before_the_check(path, name)
+
+    async def run() -> None:
+        async with cf.open_journal(f"sqlite:///{path}") as journal:
+            assert [e.type for e in (await journal.read(name)).events] == ["note"]
+            assert await journal.version(name) == 1
+            assert await journal.head(name) is not None
+            assert (await journal.fold(cf.AgentContext, name)) is not None
+            assert (await verify_stream(journal, name)).drift_count == 0
+            with pytest.raises(cf.InvalidStreamNameError):
+                await journal.append(name, cf.RawEvent("note", {}))
+            assert await journal.delete_stream(name)
+            assert await journal.version(name) == 0
+
+    asyncio.run(run())
+
+
+def test_http_pages_past_and_reads_a_name_stored_before_the_check(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe"
+    _journal_with_a_name_stored_before_the_check(path, name)
+    async def run() -> None:
+        async with (
+            cf.open_journal(f"sqlite:///{path}") as journal,
+            running(create_app(journal)) as served,
+        ):
+            first = await served.client.get("/v1/streams", params={"limit": 1})
+            assert first.status_code == 200, first.text
+            assert [s["stream"] for s in first.json()["streams"]] == [name]
+            after = first.json()["next"]
+            assert after == name
+            second = await served.client.get("/v1/streams", params={"limit": 1, "after": after})
+            assert second.status_code == 200, second.text
+            assert [s["stream"] for s in second.json()["streams"]] == ["plain"]
+            read = await served.client.get(f"/v1/streams/{quote(name)}/events")
+            assert read.status_code == 200, read.text
+            too_long = "x" * (MAX_NAME_LENGTH + 1)
+            wrong = await served.client.get("/v1/streams", params={"after": too_long})
+            assert wrong.status_code == 400, wrong.text
+
+    asyncio.run(run())

@@ -44,6 +44,7 @@ __all__ = [
     "check_name_characters",
     "check_namespace",
     "check_prefix",
+    "check_stored_stream",
     "check_stream",
     "check_stream_cursor",
     "check_text",
@@ -125,16 +126,25 @@ def check_stream(stream: object) -> str:
     return check_name_characters("stream name", stream, InvalidStreamNameError)
 
 
+def check_stored_stream(stream: object, *, field: str = "stream") -> str:
+    """Return ``stream``, the name of a stream to read, fold, verify or delete (or a
+    listing's cursor), or raise InvalidStreamNameError: a non-empty str of at most
+    :data:`MAX_NAME_LENGTH` characters, valid Unicode. Unlike :func:`check_stream` (for the
+    names written) it takes a name stored before names were checked for hidden characters,
+    so such a stream can still be read and removed."""
+    if not isinstance(stream, str) or not stream or len(stream) > MAX_NAME_LENGTH:
+        raise InvalidStreamNameError(
+            f"{field} must be a stream name (a non-empty str of at most {MAX_NAME_LENGTH} "
+            f"characters), got {stream!r:.80}"
+        )
+    return check_text(field, stream, InvalidStreamNameError)
+
+
 def check_stream_cursor(after: object) -> str:
     """Return ``after``, a listing's cursor, or raise InvalidStreamNameError: a str a stream
-    name could be. Unlike :func:`check_stream` it takes a name stored before names were
-    checked for hidden characters, so a listing can page past one."""
-    if not isinstance(after, str) or not after or len(after) > MAX_NAME_LENGTH:
-        raise InvalidStreamNameError(
-            f"after must be a stream name (a non-empty str of at most {MAX_NAME_LENGTH} "
-            f"characters), got {after!r:.80}"
-        )
-    return check_text("after", after, InvalidStreamNameError)
+    name could be (see :func:`check_stored_stream`), so a listing can page past a name
+    stored before names were checked for hidden characters."""
+    return check_stored_stream(after, field="after")
 
 
 def check_namespace(namespace: object) -> str:
@@ -147,35 +157,59 @@ def check_namespace(namespace: object) -> str:
     return check_name_characters("namespace", namespace)
 
 
-# C0 and C1 controls and DEL; bidi controls (ALM, LRM, RLM, the embeddings and overrides,
-# the isolates); zero-width characters (Mongolian vowel separator, zero-width space,
-# non-joiner, joiner, word joiner, invisible operators); line and paragraph separators;
-# the byte order mark.
-_HIDDEN = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+# Characters that show as nothing, or reorder the text around them: every control (Cc),
+# format (Cf: bidi controls, zero-width characters, the soft hyphen, tag characters, the
+# byte order mark), line and paragraph separator and surrogate code point, and the other
+# default-ignorable code points (variation selectors, Hangul fillers, U+2065, the combining
+# grapheme joiner), which Unicode asks a renderer to show as nothing.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+_IGNORABLE = (
+    (0x034F, 0x034F),  # combining grapheme joiner
+    (0x115F, 0x1160),  # Hangul choseong and jungseong fillers
+    (0x17B4, 0x17B5),  # Khmer inherent vowels
+    (0x180B, 0x180F),  # Mongolian free variation selectors and vowel separator
+    (0x2065, 0x2065),  # unassigned, reserved as invisible
+    (0x3164, 0x3164),  # Hangul filler
+    (0xFE00, 0xFE0F),  # variation selectors
+    (0xFFA0, 0xFFA0),  # halfwidth Hangul filler
+    (0xFFF0, 0xFFF8),  # unassigned, reserved as invisible
+    (0xE0000, 0xE0FFF),  # tag characters, variation selectors supplement, reserved
 )
+
+
+def _is_hidden(char: str) -> bool:
+    code = ord(char)
+    return unicodedata.category(char) in _HIDDEN_CATEGORIES or any(
+        start <= code <= end for start, end in _IGNORABLE
+    )
+
+
+def _hidden_at(text: str) -> int | None:
+    """Index of the first character in ``text`` that :func:`_is_hidden` (None if none)."""
+    return next((at for at, char in enumerate(text) if _is_hidden(char)), None)
 
 
 def check_name_characters(
     what: str, name: str, error: type[InvalidInputError] = InvalidInputError
 ) -> str:
     """Return ``name`` (a stream, namespace or session name) or raise ``error`` naming
-    ``what`` when it holds a control, bidi or zero-width character, a byte order mark or a
-    lone surrogate. Such characters show as nothing or reorder the text around them, so one
-    name could pass for another on a screen: the library, the transcript and the HTTP
-    server refuse them with this one check."""
+    ``what`` when it holds a control, format (bidi, zero-width, tag), separator or other
+    default-ignorable character (variation selectors, Hangul fillers) or a lone surrogate.
+    Such characters show as nothing or reorder the text around them, so one name could
+    pass for another on a screen: the library, the transcript and the HTTP server refuse
+    them with this one check."""
     if name.isascii() and name.isprintable():
         return name  # the usual name, checked in C
-    found = _HIDDEN.search(name)
-    if found is not None:
-        char = found.group()
+    at = _hidden_at(name)
+    if at is not None:
+        char = name[at]
         raise error(
-            f"{what} {name[:80]!r} holds {_kind(char)}, U+{ord(char):04X}"
-            f"{_named(char)}, at index {found.start()}: a name must "
-            "not hold control, bidi or zero-width characters (they hide or reorder text, so "
-            "one name could pass for another); nothing was done"
+            f"{what} {_escaped_repr(name[:80])} holds {_kind(char)}, U+{ord(char):04X}"
+            f"{_named(char)}, at index {at}: a name must not hold control, format, bidi, "
+            "zero-width or other invisible characters (they hide or reorder text, so one "
+            "name could pass for another); nothing was done"
         )
-    return check_text(what, name, error)
+    return name
 
 
 def shown_name(name: str) -> str:
@@ -184,9 +218,18 @@ def shown_name(name: str) -> str:
     before the check (or by other means) cannot hide or reorder what is printed with it."""
     if name.isascii() and name.isprintable():
         return name
-    if _HIDDEN.search(name) is None and _surrogate_in(name) is None:
-        return name
-    return repr(name)
+    return name if _hidden_at(name) is None else _escaped_repr(name)
+
+
+def _escaped_repr(text: str) -> str:
+    """``repr(text)`` with every hidden character escaped: repr escapes what Python deems
+    unprintable, but leaves fillers and variation selectors as they are."""
+    return "".join(
+        (f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+        if _is_hidden(char)
+        else char
+        for char in repr(text)
+    )
 
 
 def escape_hidden(json_text: str) -> str:
@@ -195,7 +238,16 @@ def escape_hidden(json_text: str) -> str:
     C0 controls, and only they may stand outside a JSON string)."""
     if json_text.isascii() and json_text.isprintable():
         return json_text
-    return _HIDDEN.sub(lambda found: f"\\u{ord(found.group()):04x}", json_text)
+    return "".join(_escaped(char) if _is_hidden(char) else char for char in json_text)
+
+
+def _escaped(char: str) -> str:
+    """``char`` as JSON ``\\u`` escapes (a surrogate pair beyond the BMP)."""
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def _named(char: str) -> str:
@@ -204,18 +256,34 @@ def _named(char: str) -> str:
 
 
 def _kind(char: str) -> str:
-    """What a character of :data:`_HIDDEN` is, for a message."""
+    """What a character :func:`_is_hidden` takes is, for a message."""
+    code, category = ord(char), unicodedata.category(char)
     if char in _BIDI:
         return "a bidi control"
     if char == "\ufeff":
         return "a byte order mark"
     if char in "\u2028\u2029":
         return "a line separator"
-    if unicodedata.category(char) == "Cc":
+    if category == "Cc":
         return "a control character"
-    return "a zero-width character"
+    if category == "Cs":
+        return "a lone surrogate"
+    if char in _ZERO_WIDTH:
+        return "a zero-width character"
+    if char == "\u00ad":
+        return "a soft hyphen"
+    if 0xE0000 <= code <= 0xE007F:
+        return "a tag character"
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF or 0x180B <= code <= 0x180F:
+        return "a variation selector"
+    if char in "\u115f\u1160\u3164\uffa0":
+        return "a Hangul filler"
+    if category == "Cf":
+        return "a format character"
+    return "an invisible character"
 
 
+_ZERO_WIDTH = frozenset("\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064")
 _BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
