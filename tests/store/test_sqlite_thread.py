@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from contextfold.errors import StoreError, StoreUnavailableError
+from contextfold.errors import StorageFullError, StoreError, StoreUnavailableError
 from contextfold.store._sqlite_thread import SQLiteThread
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER NOT NULL);"
@@ -66,6 +66,35 @@ async def test_a_failed_job_is_rolled_back_and_sqlite_errors_translated(tmp_path
             await db.run(insert_then_fail)
         assert await db.run(lambda conn: conn.in_transaction) is False
         assert await db.run(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+    finally:
+        await db.close()
+
+
+def insert_then_fill_the_disk(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO t VALUES (2)")
+    conn.execute("ROLLBACK")  # as SQLite may on SQLITE_FULL: the whole transaction is gone
+    full = sqlite3.OperationalError("database or disk is full")
+    full.sqlite_errorcode = sqlite3.SQLITE_FULL
+    raise full
+
+
+async def test_a_full_disk_that_rolls_back_a_shared_commit_fails_each_write_as_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = thread_at(tmp_path / "t.db")
+    monkeypatch.setattr(db, "write_here", lambda fn, committed=None: [])  # to the worker
+    try:
+        await db.open()
+        written = await asyncio.gather(
+            db.write(lambda conn: conn.execute("INSERT INTO t VALUES (1)").rowcount),
+            db.write(insert_then_fill_the_disk),
+            return_exceptions=True,
+        )
+        assert all(isinstance(each, StorageFullError) for each in written), written
+        assert "disk is full" in str(written[1]) and "nothing was written" in str(written[1])
+        assert await db.run(lambda conn: conn.in_transaction) is False
+        assert await db.run(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+        assert await db.write(lambda conn: conn.execute("INSERT INTO t VALUES (3)").rowcount) == 1
     finally:
         await db.close()
 

@@ -338,6 +338,10 @@ class SQLiteThread:
             try:
                 job.outcome[:] = [job.fn(conn)]
             except Exception as exc:
+                if not conn.in_transaction:
+                    # SQLite rolled the whole transaction back (a full disk may), the jobs
+                    # before this one with it: each of them fails with this error.
+                    raise
                 conn.execute("ROLLBACK TO cf_write")
                 failure = self._store_error(exc) if isinstance(exc, sqlite3.Error) else exc
                 job.outcome[:] = [None, failure]
