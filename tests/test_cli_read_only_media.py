@@ -1,6 +1,8 @@
-"""The read commands open an SQLite journal on read-only media read-only: a file and folder
-its user cannot write (chmod; as a user other than root, whom chmod does not stop), and a
-read-only mount. They answer as on writable media and create or change no file."""
+"""The read commands open an SQLite journal its user cannot write read-only: a file it
+cannot write (chmod; as a user other than root, whom chmod does not stop), read through a
+``-shm`` beside it so a writer's appends are seen, and a read-only mount, read as
+immutable (which cannot be followed). They answer as on writable media and change no
+journal."""
 
 from __future__ import annotations
 
@@ -8,17 +10,20 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import select
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import contextfold as cf
+from contextfold.store._sqlite_files import read_only_open
 
 _STREAM = "chat"
 
@@ -94,17 +99,95 @@ def _shared_folder() -> Iterator[Path]:
 
 
 def test_read_commands_read_a_journal_its_user_cannot_write() -> None:
+    # In a folder it may write: read as mode=ro, through a -shm it creates beside the file.
     prefix = _as_other_user()
     with _shared_folder() as shared:
         folder = shared / "journal"
         folder.mkdir()
         path, offset = _journal(folder)
-        assert sorted(_files(folder)) == ["journal.db"]
+        path.chmod(0o444)
+        folder.chmod(0o777)
+        before = path.read_bytes()
+        _read_commands(path, offset, prefix, shared)
+        assert path.read_bytes() == before
+
+
+def test_a_journal_in_a_folder_its_user_cannot_write_is_refused_saying_why() -> None:
+    # Not immutable: the file may change underneath (SQLite then answers wrongly), and a
+    # WAL database is read through a -shm that cannot be created there.
+    prefix = _as_other_user()
+    if not prefix:
+        pytest.skip("needs a user chmod stops")
+    with _shared_folder() as shared:
+        folder = shared / "journal"
+        folder.mkdir()
+        path, _ = _journal(folder)
         path.chmod(0o444)
         folder.chmod(0o555)
-        before = _files(folder)
-        _read_commands(path, offset, prefix, shared)
-        assert _files(folder) == before
+        done = _contextfold(prefix, ["events", _STREAM, "--url", f"sqlite:///{path}"], shared)
+        assert done.returncode != 0
+        assert "-shm" in done.stderr and "read-only media" in done.stderr, done.stderr
+        assert sorted(_files(folder)) == ["journal.db"]
+
+
+def test_a_reader_that_cannot_write_the_journal_follows_a_writer() -> None:
+    prefix = _as_other_user()
+    with _shared_folder() as shared:
+        folder = shared / "journal"
+        folder.mkdir()
+        path, _ = _journal(folder)
+        path.chmod(0o644)
+        folder.chmod(0o777)
+        url = f"sqlite:///{path}"
+        follow = ["events", _STREAM, "--follow", "--url", url]
+        follower = subprocess.Popen(
+            [*prefix, sys.executable, "-m", "contextfold", *follow],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HOME": str(shared)},
+            cwd=shared,
+        )
+        try:
+            assert follower.stdout is not None
+            first = follower.stdout.readline()
+            assert first, follower.stderr.read() if follower.stderr else ""
+
+            async def append() -> None:
+                async with cf.open_journal(url) as journal:
+                    await journal.append(_STREAM, cf.RawEvent("note", {"text": "later"}))
+
+            asyncio.run(append())
+            deadline = time.monotonic() + 30
+            seen: list[str] = []
+            while time.monotonic() < deadline and not any("later" in s for s in seen):
+                ready, _, _ = select.select([follower.stdout], [], [], 1)
+                if ready:
+                    seen.append(follower.stdout.readline())
+            assert any("later" in line for line in seen), seen
+        finally:
+            follower.kill()
+            follower.communicate()
+
+
+def test_the_open_decision_reads_immutable_only_on_read_only_media() -> None:
+    assert read_only_open(writable=True, read_only_media=False, wal=False) == "rw"
+    assert read_only_open(writable=False, read_only_media=False, wal=False) == "ro"
+    assert read_only_open(writable=False, read_only_media=False, wal=True) == "ro"
+    assert read_only_open(writable=False, read_only_media=True, wal=True) == "ro"
+    assert read_only_open(writable=False, read_only_media=True, wal=False) == "immutable"
+
+
+def _contextfold(prefix: list[str], args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*prefix, sys.executable, "-m", "contextfold", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HOME": str(cwd)},
+        cwd=cwd,
+        check=False,
+    )
 
 
 def test_read_commands_read_a_journal_on_a_read_only_mount(tmp_path: Path) -> None:
@@ -122,5 +205,8 @@ def test_read_commands_read_a_journal_on_a_read_only_mount(tmp_path: Path) -> No
         before = _files(source)
         _read_commands(mounted / path.name, offset, [], tmp_path)
         assert _files(source) == before
+        url = f"sqlite:///{mounted / path.name}"
+        follow = _contextfold([], ["events", _STREAM, "--follow", "--url", url], tmp_path)
+        assert follow.returncode != 0 and "cannot follow" in follow.stderr, follow.stderr
     finally:
         subprocess.run(["umount", "-l", str(mounted)], check=False)

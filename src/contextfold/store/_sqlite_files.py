@@ -17,8 +17,9 @@ import os
 import pathlib
 import stat
 import time
+from typing import Literal
 
-__all__ = ["OpenedFiles", "read_only_uri"]
+__all__ = ["OpenedFiles", "ReadOnlyOpen", "read_only_open", "read_only_uri"]
 
 _COMPANIONS = ("-wal", "-shm")  # WAL mode keeps both open as long as any connection is
 # Coarser than every filesystem's timestamp granularity (FAT: 2 s) plus the lag of the
@@ -97,19 +98,37 @@ class OpenedFiles:
         return None
 
 
-def read_only_uri(path: str) -> str:
-    """The URI opening the database at ``path`` for reading only, never creating a file.
+ReadOnlyOpen = Literal["rw", "ro", "immutable"]
+"""How a read-only open reads the file: see :func:`read_only_open`."""
 
-    Where this process may write beside it: ``mode=rw`` (with ``query_only`` on the
-    connection), since a ``mode=ro`` connection cannot remove the ``-wal`` and ``-shm``
-    it creates. On read-only media, or a file or folder it may not write: ``mode=ro``,
-    which reads a writer's WAL through the ``-shm`` beside it; with no ``-wal`` there (no
-    writer has it open) also ``immutable=1``, as a WAL database cannot be read without a
-    ``-shm`` that read-only media cannot get; a writer that starts later is not seen."""
+
+def read_only_open(*, writable: bool, read_only_media: bool, wal: bool) -> ReadOnlyOpen:
+    """How to open a database for reading only, from what this process may do beside it.
+
+    ``rw`` where it may write the file and its folder (with ``query_only`` on the
+    connection), since a ``mode=ro`` connection cannot remove the ``-wal`` and ``-shm`` it
+    creates. ``immutable`` only on read-only media with no ``-wal`` (no writer has it
+    open): a WAL database cannot be read there without a ``-shm`` it cannot get, and
+    nothing can change it underneath. Else ``ro``, which reads a writer's WAL through the
+    ``-shm`` beside it: a file this user may not write can still change, and SQLite gives
+    wrong answers when an ``immutable`` file changes."""
+    if writable:
+        return "rw"
+    if read_only_media and not wal:
+        return "immutable"
+    return "ro"
+
+
+def read_only_uri(path: str) -> tuple[str, ReadOnlyOpen]:
+    """The URI opening the database at ``path`` for reading only, never creating a file,
+    and how it opens it (see :func:`read_only_open`)."""
     absolute = os.path.abspath(path)
+    folder = os.path.dirname(absolute)
+    how = read_only_open(
+        writable=os.access(absolute, os.W_OK) and os.access(folder, os.W_OK),
+        read_only_media=bool(os.statvfs(folder).f_flag & os.ST_RDONLY),
+        wal=os.path.exists(absolute + "-wal"),
+    )
     uri = pathlib.Path(absolute).as_uri()
-    if os.access(absolute, os.W_OK) and os.access(os.path.dirname(absolute), os.W_OK):
-        return uri + "?mode=rw"
-    if os.path.exists(absolute + "-wal"):
-        return uri + "?mode=ro"
-    return uri + "?mode=ro&immutable=1"
+    query = {"rw": "mode=rw", "ro": "mode=ro", "immutable": "mode=ro&immutable=1"}[how]
+    return f"{uri}?{query}", how

@@ -130,6 +130,9 @@ class SQLiteThread:
         self._checkpointer: sqlite3.Connection | None = None  # the worker's, see _checkpoint
         self._checkpointing = False  # writes then queue for the worker (see _checkpoint)
         self._budget = -1  # progress-handler calls an inline read has left; -1: no budget
+        self.immutable = False
+        """Whether the open connection reads the file as immutable (read-only media): it
+        never sees a later write, so it cannot follow one."""
 
     @property
     def connection(self) -> sqlite3.Connection | None:
@@ -422,15 +425,15 @@ class SQLiteThread:
         return conn
 
     def _connect_existing(self) -> sqlite3.Connection:
-        # Never creates the file (nor its directory); query_only refuses writes. Read-only
-        # media are opened read-only (see read_only_uri).
+        # Never creates the file (nor its directory); query_only refuses writes. A file this
+        # process may not write is opened read-only (see read_only_open).
         if self.path in ("", ":memory:") or not Path(self.path).is_file():
             raise StoreUnavailableError(
                 f"cannot open {self._what} at {self.url}: the file {self.path} does not "
                 f"exist{sqlite_path_hint(self.path)} (nothing was created); check the path"
             )
         try:
-            uri = read_only_uri(self.path)
+            uri, how = read_only_uri(self.path)
             conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         except (sqlite3.Error, OSError) as exc:
             raise self._unavailable(exc) from exc
@@ -450,13 +453,26 @@ class SQLiteThread:
             _rest(conn)
         except BaseException as exc:
             conn.close()
+            if isinstance(exc, sqlite3.Error) and how == "ro":
+                raise self._unreadable_here(exc) from exc
             if isinstance(exc, (sqlite3.Error, OSError)):
                 raise self._unavailable(exc) from exc
             raise
         self._cursor = conn.cursor()
         conn.set_progress_handler(self._over_budget, _READ_STEPS)
         self._conn = conn
+        self.immutable = how == "immutable"
         return conn
+
+    def _unreadable_here(self, exc: sqlite3.Error) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"cannot open {self._what} at {self.url} read-only: {exc}. This user may not "
+            f"write {self.path} or its folder, and SQLite reads the file (a WAL database) "
+            "only through a -shm file beside it, which it cannot create there while no "
+            "writer has the file open; read it as a user who may write the folder, while a "
+            "writer has it open, or from a copy (it is read as immutable only on read-only "
+            "media, where nothing can change it)"
+        )
 
     def check_files(self) -> None:
         """Raise StoreFileMovedError when the path no longer names the files the connection

@@ -17,10 +17,11 @@ query while ``PRAGMA data_version`` shows that no other connection committed
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import StoreError
 from ..events import NewEvent, StoredEvent
 from ._sqlite_known import UNKNOWN, Known
 from ._sqlite_thread import SQLiteThread
@@ -29,9 +30,11 @@ from .base import (
     ReadResult,
     Store,
     StreamInfo,
+    TailReset,
     batch_digest,
     idempotency_conflict,
     parse_cursor,
+    poll_subscribe,
     wrong_version,
 )
 
@@ -170,6 +173,33 @@ class SQLiteStore(Store):
 
     async def close(self) -> None:
         await self._db.close()
+
+    def subscribe(
+        self, namespace: str, stream: str, *, after: str | None, poll_interval: float = 0.05
+    ) -> AsyncIterator[StoredEvent | TailReset]:
+        """The default live tail, refused (StoreError) on a file opened as immutable (on
+        read-only media), which would never see a later write."""
+        return self._follow(namespace, stream, after=after, poll_interval=poll_interval)
+
+    async def _follow(
+        self, namespace: str, stream: str, *, after: str | None, poll_interval: float
+    ) -> AsyncIterator[StoredEvent | TailReset]:
+        await self._db.open()
+        if self._db.immutable:
+            raise StoreError(
+                f"cannot follow stream {stream!r} of {self.url}: the file is on read-only "
+                "media with no writer, opened as immutable, so a later write would not be "
+                "seen; read it without following"
+            )
+        tail = poll_subscribe(
+            self, self.wakeups, namespace, stream, after=after, poll_interval=poll_interval
+        )
+        try:
+            async for item in tail:
+                yield item
+        finally:
+            if isinstance(tail, AsyncGenerator):  # closed here, not left to the collector
+                await tail.aclose()
 
     # -- the contract ---------------------------------------------------------------------
 
