@@ -16,7 +16,12 @@ from typer.testing import CliRunner
 
 import contextfold as cf
 from contextfold.cli import app
-from contextfold.journal.encode import check_name_characters, escape_hidden, shown_name
+from contextfold.inspection import verify_stream
+from contextfold.journal.encode import (
+    check_name_characters,
+    escape_hidden,
+    shown_name,
+)
 from contextfold.transcript.store.base import check_session
 
 HIDDEN = {
@@ -129,3 +134,24 @@ def test_a_listing_pages_past_a_name_stored_before_the_check(
             return [info.stream async for info in journal.all_streams(page_size=page_size)]
 
     assert asyncio.run(listed()) == [name, "plain"]
+
+
+def test_a_stream_named_before_the_check_can_be_read_and_deleted(tmp_path: Path) -> None:
+    # Only a write checks the name as a new one: old data stays readable and removable.
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe"
+    _journal_with_a_name_stored_before_the_check(path, name)
+
+    async def run() -> None:
+        async with cf.open_journal(f"sqlite:///{path}") as journal:
+            assert [e.type for e in (await journal.read(name)).events] == ["note"]
+            assert await journal.version(name) == 1
+            assert await journal.head(name) is not None
+            assert (await journal.fold(cf.AgentContext, name)) is not None
+            assert (await verify_stream(journal, name)).drift_count == 0
+            with pytest.raises(cf.InvalidStreamNameError):
+                await journal.append(name, cf.RawEvent("note", {}))
+            assert await journal.delete_stream(name)
+            assert await journal.version(name) == 0
+
+    asyncio.run(run())

@@ -126,7 +126,7 @@ def check_stream(stream: object) -> str:
     return check_name_characters("stream name", stream, InvalidStreamNameError)
 
 
-def check_stored_stream(stream: object, *, field: str = "stream") -> str:
+def check_stored_stream(stream: object, *, field: str = "stream name") -> str:
     """Return ``stream``, the name of a stream to read, fold, verify or delete (or a
     listing's cursor), or raise InvalidStreamNameError: a non-empty str of at most
     :data:`MAX_NAME_LENGTH` characters, valid Unicode. Unlike :func:`check_stream` (for the
@@ -134,8 +134,8 @@ def check_stored_stream(stream: object, *, field: str = "stream") -> str:
     so such a stream can still be read and removed."""
     if not isinstance(stream, str) or not stream or len(stream) > MAX_NAME_LENGTH:
         raise InvalidStreamNameError(
-            f"{field} must be a stream name (a non-empty str of at most {MAX_NAME_LENGTH} "
-            f"characters), got {stream!r:.80}"
+            f"{field} must be a non-empty str of at most {MAX_NAME_LENGTH} characters (a "
+            f"stream name), got {stream!r:.80}"
         )
     return check_text(field, stream, InvalidStreamNameError)
 

@@ -47,6 +47,7 @@ from .encode import (
     check_max_payload_bytes,
     check_namespace,
     check_prefix,
+    check_stored_stream,
     check_stream,
     check_stream_cursor,
     check_types,
@@ -268,7 +269,7 @@ class Journal:
         limit: int | None = None,
     ) -> ReadResult:
         """A page of events after ``after`` (see :meth:`Store.read`)."""
-        check_stream(stream)
+        check_stored_stream(stream)
         check_cursor("after", after)
         if limit is not None:
             check_limit(limit)
@@ -304,7 +305,7 @@ class Journal:
         limit: int = 1,
     ) -> tuple[StoredEvent, ...]:
         """The newest events of the given types, newest first."""
-        check_stream(stream)
+        check_stored_stream(stream)
         check_cursor("before", before)
         check_limit(limit)
         names = check_types(types) or ()
@@ -313,24 +314,24 @@ class Journal:
 
     async def head(self, stream: str) -> str | None:
         """The cursor of the stream's newest event (None when empty)."""
-        check_stream(stream)
+        check_stored_stream(stream)
         store = self.store if self._shared.ready else await self._ready()
         return await store.head(self.namespace, stream)
 
     async def version(self, stream: str) -> int:
         """The stream's last position (0 when it does not exist)."""
-        check_stream(stream)
+        check_stored_stream(stream)
         return await (await self._ready()).version(self.namespace, stream)
 
     async def contains(self, stream: str, cursor: str) -> bool:
         """Whether ``cursor`` names an event of the stream's current history."""
-        check_stream(stream)
+        check_stored_stream(stream)
         check_cursor("cursor", cursor, optional=False)
         return await (await self._ready()).contains(self.namespace, stream, cursor)
 
     async def delete_stream(self, stream: str) -> bool:
         """Delete the stream's events and idempotency keys; True when it existed."""
-        check_stream(stream)
+        check_stored_stream(stream)
         return await (await self._ready()).delete_stream(self.namespace, stream)
 
     async def list_streams(
@@ -394,7 +395,7 @@ class Journal:
         it runs): what follows is the stream's history from its start. Without, the new
         history follows silently.
         """
-        check_stream(stream)
+        check_stored_stream(stream)
         check_cursor("after", after)
         store = await self._ready()
         tail = store.subscribe(self.namespace, stream, after=after, poll_interval=poll_interval)
@@ -415,7 +416,7 @@ class Journal:
 
         Run-scoped folds need ``run_id`` and fold only that run's events.
         """
-        check_stream(stream)
+        check_stored_stream(stream)
         if not self._shared.ready:
             await self._ready()
         started = time.perf_counter()
@@ -430,7 +431,7 @@ class Journal:
         both states through the same event, with one head check for the two instead of one
         each (an agent reads its context and its scheduler together). Not for run-scoped
         folds."""
-        check_stream(stream)
+        check_stored_stream(stream)
         store = self.store if self._shared.ready else await self._ready()
         head = await store.head(self.namespace, stream)
         return await self._fold_at(first, stream, head), await self._fold_at(second, stream, head)
