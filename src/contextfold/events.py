@@ -74,7 +74,7 @@ class Event(BaseModel):
         if type is None:
             cls.event_type = ""
             return
-        if not isinstance(type, str) or not TYPE_NAME.match(type):
+        if not isinstance(type, str) or not TYPE_NAME.fullmatch(type):
             raise EventDefinitionError(
                 f"{cls.__qualname__}: event type {type!r} must be 1-200 characters of letters, "
                 "digits and . _ : / @ + -, starting with a letter or digit"
@@ -143,8 +143,9 @@ CLIENT_TYPES = frozenset({"contextfold.agent/context-added"})
 def is_runtime_type(type_name: str) -> bool:
     """Whether only the runtime or an integration writes events of ``type_name``: a name under
     :data:`RUNTIME_TYPE_PREFIXES` (bar :data:`CLIENT_TYPES`), whatever this process imported,
-    or a registered class declared ``runtime_only`` (see :class:`Event`)."""
-    if type_name.startswith(RUNTIME_TYPE_PREFIXES):
+    or a registered class declared ``runtime_only`` (see :class:`Event`). The prefixes match
+    whatever the case, so ``Contextfold.agent/...`` cannot pass for a client's own type."""
+    if type_name.lower().startswith(RUNTIME_TYPE_PREFIXES):
         return type_name not in CLIENT_TYPES
     return type_name in runtime_only_types()
 

@@ -22,7 +22,7 @@ from starlette.requests import Request
 
 from ..context.events import ContextAdded
 from ..errors import InvalidInputError, PayloadError, StrictJsonError, UnknownEventTypeError
-from ..events import Event, RawEvent, event_class
+from ..events import TYPE_NAME, Event, RawEvent, event_class
 from ..journal.encode import MAX_META_CHARS, check_meta, check_namespace
 from . import strict_json
 from .errors import BodyTooLargeError, ForbiddenError, RequestBodyError, UnsupportedMediaTypeError
@@ -153,12 +153,12 @@ def _event(index: int, item: Any, *, writer: Writer, body_actor: object) -> RawE
     type_name = fields.get("type")
     if not isinstance(type_name, str) or not type_name:
         raise RequestBodyError(f'{where}."type" must be a non-empty string, got {type_name!r}')
-    # The journal takes any raw type name; over HTTP keep Event's bounds (and no control
-    # characters), so every type a client can write is one a Python Event could declare.
-    if len(type_name) > _MAX_TYPE_NAME or any(ord(ch) < 32 or ord(ch) == 127 for ch in type_name):
+    # The journal takes any raw type name; over HTTP only names a Python Event could declare
+    # (ASCII letters, digits and . _ : / @ + -), so no look-alike of a reserved prefix.
+    if not TYPE_NAME.fullmatch(type_name):
         raise RequestBodyError(
-            f'{where}."type" {type_name[:40]!r} must be 1-{_MAX_TYPE_NAME} characters '
-            "without control characters"
+            f'{where}."type" {type_name[:40]!r} must be 1-{_MAX_TYPE_NAME} characters of '
+            "ASCII letters, digits and . _ : / @ + -, starting with a letter or digit"
         )
     if "payload" not in fields:
         raise RequestBodyError(f'{where} has no "payload" (send {{}} for an empty one)')
