@@ -10,6 +10,7 @@ import json
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from typer.testing import CliRunner
@@ -18,11 +19,14 @@ import contextfold as cf
 from contextfold.cli import app
 from contextfold.inspection import verify_stream
 from contextfold.journal.encode import (
+    MAX_NAME_LENGTH,
     check_name_characters,
     escape_hidden,
     shown_name,
 )
+from contextfold.server import create_app
 from contextfold.transcript.store.base import check_session
+from tests.server.helpers import running
 
 HIDDEN = {
     "\x07": "a control character",
@@ -153,5 +157,32 @@ def test_a_stream_named_before_the_check_can_be_read_and_deleted(tmp_path: Path)
                 await journal.append(name, cf.RawEvent("note", {}))
             assert await journal.delete_stream(name)
             assert await journal.version(name) == 0
+
+    asyncio.run(run())
+
+
+def test_http_pages_past_and_reads_a_name_stored_before_the_check(tmp_path: Path) -> None:
+    path = tmp_path / "journal.db"
+    name = "invoice\u202efdp.exe"
+    _journal_with_a_name_stored_before_the_check(path, name)
+
+    async def run() -> None:
+        async with (
+            cf.open_journal(f"sqlite:///{path}") as journal,
+            running(create_app(journal)) as served,
+        ):
+            first = await served.client.get("/v1/streams", params={"limit": 1})
+            assert first.status_code == 200, first.text
+            assert [s["stream"] for s in first.json()["streams"]] == [name]
+            after = first.json()["next"]
+            assert after == name
+            second = await served.client.get("/v1/streams", params={"limit": 1, "after": after})
+            assert second.status_code == 200, second.text
+            assert [s["stream"] for s in second.json()["streams"]] == ["plain"]
+            read = await served.client.get(f"/v1/streams/{quote(name)}/events")
+            assert read.status_code == 200, read.text
+            too_long = "x" * (MAX_NAME_LENGTH + 1)
+            wrong = await served.client.get("/v1/streams", params={"after": too_long})
+            assert wrong.status_code == 400, wrong.text
 
     asyncio.run(run())

@@ -131,12 +131,19 @@ def check_stored_stream(stream: object, *, field: str = "stream name") -> str:
     listing's cursor), or raise InvalidStreamNameError: a non-empty str of at most
     :data:`MAX_NAME_LENGTH` characters, valid Unicode. Unlike :func:`check_stream` (for the
     names written) it takes a name stored before names were checked for hidden characters,
-    so such a stream can still be read and removed."""
+    so such a stream can still be read and removed: what it refuses, the names written were
+    always refused (surrounding whitespace, C0 controls and DEL)."""
     if not isinstance(stream, str) or not stream or len(stream) > MAX_NAME_LENGTH:
         raise InvalidStreamNameError(
             f"{field} must be a non-empty str of at most {MAX_NAME_LENGTH} characters (a "
             f"stream name), got {stream!r:.80}"
         )
+    if stream.strip() != stream:
+        raise InvalidStreamNameError(
+            f"{field} {stream[:80]!r} must have no leading or trailing whitespace (a stream name)"
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in stream):
+        raise InvalidStreamNameError(f"{field} {stream[:80]!r} contains a control character")
     return check_text(field, stream, InvalidStreamNameError)
 
 

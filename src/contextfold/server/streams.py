@@ -6,7 +6,7 @@ raises contextfold errors; :mod:`.errors` turns them into responses.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -16,10 +16,10 @@ from .. import canonical
 from ..context.evidence import read_ref
 from ..context.projection import AgentContext
 from ..context.rebuild import rebuild_manifest, rebuild_request
-from ..errors import InvalidInputError, RebuildError
+from ..errors import InvalidInputError, RebuildError, WrongExpectedVersionError
 from ..inspection import require_cursor, require_stream, verification_json, verify_stream
 from ..journal import Journal
-from ..journal.encode import check_stream
+from ..journal.encode import check_stored_stream, check_stream, check_stream_cursor
 from ..store.base import TailReset, parse_cursor
 from .body import check_query, parse_append, query_int, read_json, resolve_namespace
 from .encode import (
@@ -30,7 +30,7 @@ from .encode import (
     streams_json,
 )
 from .sse import EventStreamResponse, SSEMessage, StreamSlots, aclose_iterator
-from .writers import ANONYMOUS, Writer, writer_of
+from .writers import ANONYMOUS, Writer, check_keyed_slots, keyed_items, writer_of
 
 __all__ = ["MANIFEST_HEADER", "MAX_PAGE", "SHA256_HEADER", "TRANSPORT_HEADER", "StreamRoutes"]
 
@@ -40,6 +40,8 @@ TRANSPORT_HEADER = "X-Contextfold-Transport"
 MANIFEST_HEADER = "X-Contextfold-Manifest-Hash"
 _REQUEST_VIEWS = ("body", "manifest")
 _LIST_QUERY = frozenset({"after", "limit", "namespace", "prefix"})
+_KEYED_ATTEMPTS = 3
+"""How often an external keyed append re-checks its slots when another writer came first."""
 
 
 class StreamRoutes:
@@ -79,7 +81,9 @@ class StreamRoutes:
             Route(base + "/{stream:path}/tail", self.tail, methods=["GET"]),
         ]
 
-    def _scope(self, request: Request) -> tuple[Journal, str | None]:
+    def _scope(
+        self, request: Request, check: Callable[[object], str] = check_stream
+    ) -> tuple[Journal, str | None]:
         namespace = resolve_namespace(request, self.journal.namespace, self.namespaces)
         journal = (
             self.journal
@@ -87,12 +91,27 @@ class StreamRoutes:
             else self.journal.with_namespace(namespace)
         )
         stream = request.path_params.get("stream")
-        return journal, check_stream(stream) if stream is not None else None
+        return journal, check(stream) if stream is not None else None
 
     def _stream(self, request: Request) -> tuple[Journal, str]:
         journal, stream = self._scope(request)
         assert stream is not None  # every route calling this has {stream} in its path
         return journal, stream
+
+    async def _named(self, request: Request) -> tuple[Journal, str]:
+        """The journal and stream of a route that reads: a name stored before names were
+        checked for hidden characters is taken while that stream exists (so old data can be
+        read), any other name is checked as a new one (a tail never waits on such a name)."""
+        try:
+            return self._stream(request)
+        except InvalidInputError as strict:
+            try:
+                journal, stream = self._scope(request, check_stored_stream)
+            except InvalidInputError:
+                raise strict from None
+            if stream is None or await journal.version(stream) == 0:
+                raise strict from None
+            return journal, stream
 
     async def list_streams(self, request: Request) -> Response:
         """``GET /v1/streams?prefix=&after=&limit=``: a page of the namespace's streams by
@@ -105,8 +124,10 @@ class StreamRoutes:
         prefix = request.query_params.get("prefix") or None
         after = request.query_params.get("after") or None
         if after is not None:
+            # A cursor, not a new name: it may be a name stored before names were checked
+            # for hidden characters, which a page can end on.
             try:
-                check_stream(after)
+                check_stream_cursor(after)
             except InvalidInputError as exc:
                 raise InvalidInputError(
                     f"query parameter after={after[:80]!r} is no stream name ({exc}): pass "
@@ -128,19 +149,36 @@ class StreamRoutes:
         trusted = found.trusted or self.trusted_writer
         writer = Writer(found.name, trusted, self.trusted_actor_types)
         body = parse_append(await read_json(request, max_bytes=self.max_body_bytes), writer)
-        result = await journal.append(
-            stream,
-            body.events,
-            expected_version=body.expected_version,
-            idempotency_key=body.idempotency_key,
-            run_id=body.run_id,
-            actor=body.actor,
-        )
-        return JSONResponse(append_json(result), status_code=200 if result.deduplicated else 201)
+        keyed = () if writer.trusted else keyed_items(body.events)
+        for attempt in range(_KEYED_ATTEMPTS):
+            expected = body.expected_version
+            if keyed:
+                # The slots are checked at one version and the append expects it, so no
+                # trusted item can take a slot between the check and the append.
+                version = await journal.version(stream)
+                check_keyed_slots(await journal.fold(AgentContext, stream), keyed, writer)
+                expected = version if expected is None else expected
+            try:
+                result = await journal.append(
+                    stream,
+                    body.events,
+                    expected_version=expected,
+                    idempotency_key=body.idempotency_key,
+                    run_id=body.run_id,
+                    actor=body.actor,
+                )
+            except WrongExpectedVersionError:
+                if not keyed or body.expected_version is not None or attempt + 1 == _KEYED_ATTEMPTS:
+                    raise
+                continue  # another writer appended between the check and the append
+            return JSONResponse(
+                append_json(result), status_code=200 if result.deduplicated else 201
+            )
+        raise AssertionError("unreachable")
 
     async def _existing(self, request: Request) -> tuple[Journal, str, int]:
         """The journal, stream and version of a read route: 404 for a stream without events."""
-        journal, stream = self._stream(request)
+        journal, stream = await self._named(request)
         version = await require_stream(journal, stream, where=f"namespace {journal.namespace!r}")
         return journal, stream, version
 
@@ -206,7 +244,7 @@ class StreamRoutes:
         ``ok`` only when requests were checked and none drifted. One streaming pass that
         holds one request at a time and at most ``limit`` drifts."""
         limit = query_int(request, "limit", default=100, low=1, high=MAX_PAGE)
-        journal, stream = self._stream(request)
+        journal, stream = await self._named(request)
         where = f"namespace {journal.namespace!r}"
         done = await verify_stream(journal, stream, where=where, keep=limit)
         return JSONResponse(verification_json(done))
@@ -221,7 +259,7 @@ class StreamRoutes:
         became unknown comes first and the tail goes on from the beginning of the stream,
         like a read: a client drops what it derived from the events before it.
         """
-        journal, stream = self._stream(request)
+        journal, stream = await self._named(request)
         after = request.headers.get("last-event-id") or request.query_params.get("after") or None
 
         async def frames() -> AsyncIterator[SSEMessage]:

@@ -30,9 +30,9 @@ from pydantic import ValidationError
 from starlette.types import Scope
 
 from ..context.events import BUILTIN_ACTOR_TYPES, Actor, ContextAdded
-from ..context.state import SYSTEM_PROMPT_KEY
+from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..errors import ConfigurationError
-from ..events import RUNTIME_TYPE_PREFIXES, is_runtime_type
+from ..events import RUNTIME_TYPE_PREFIXES, RawEvent, is_runtime_type
 from .errors import RequestBodyError
 
 __all__ = [
@@ -44,10 +44,12 @@ __all__ = [
     "WRITER_SCOPE_KEY",
     "Writer",
     "check_item",
+    "check_keyed_slots",
     "check_meta_actor",
     "check_trusted_actor_types",
     "check_type",
     "is_runtime_type",
+    "keyed_items",
     "writer_of",
 ]
 
@@ -195,3 +197,36 @@ def _reserved_actor_type(name: str, writer: Writer) -> bool:
     return (
         name == "tool" or BUILTIN_ACTOR_TYPES.get(name, False) or name in writer.trusted_actor_types
     )
+
+
+def keyed_items(events: Iterable[RawEvent]) -> tuple[tuple[int, str, str], ...]:
+    """``(index, role, key)`` of each keyed ``context-added`` item among ``events``."""
+    found = []
+    for index, event in enumerate(events):
+        if event.type == ContextAdded.event_type and isinstance(event.payload, dict):
+            key, role = event.payload.get("key"), event.payload.get("role")
+            if isinstance(key, str) and isinstance(role, str):
+                found.append((index, role, key))
+    return tuple(found)
+
+
+def check_keyed_slots(
+    state: AgentContextState, keyed: Iterable[tuple[int, str, str]], writer: Writer
+) -> None:
+    """Raise RequestBodyError when an external writer's keyed item would replace a slot a
+    trusted writer holds: a later item with a slot's key takes the slot, so a webhook could
+    otherwise erase an operator's instruction (or supersede it once sent) by reusing its
+    key. A slot that is empty, or held by an external writer's item, may be replaced."""
+    if writer.trusted:
+        return
+    for index, role, key in keyed:
+        lane = state.system if role == "system" else state.history
+        holder = next((item for item in reversed(lane) if item.key == key), None)
+        if holder is None:
+            continue
+        if holder.actor is None or _reserved_actor_type(holder.actor.type, writer):
+            raise RequestBodyError(
+                f"events[{index}].payload.key {key!r} is refused: the slot holds @{holder.offset}, "
+                "an item a trusted writer added, and an external writer may not replace it; "
+                f"use a key of its own (a trusted writer needs {_GRANT})"
+            )
