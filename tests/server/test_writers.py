@@ -17,7 +17,12 @@ from contextfold.context.trust import register_actor_type, wire_role
 from contextfold.errors import ConfigurationError, PayloadError
 from contextfold.server.body import parse_append
 from contextfold.server.errors import RequestBodyError
-from contextfold.server.writers import AGENT_KEY_PREFIX, ANONYMOUS, Writer
+from contextfold.server.writers import (
+    AGENT_KEY_PREFIX,
+    ANONYMOUS,
+    Writer,
+    check_trusted_actor_types,
+)
 from tests.server.helpers import Running, Serve
 
 ADDED = cf.ContextAdded.event_type
@@ -300,3 +305,15 @@ def test_a_type_name_is_one_an_event_could_declare_and_no_reserved_look_alike(
     with pytest.raises(RequestBodyError, match=r'events\[0\]\."type"'):
         parse_append({"events": [{"type": type_name, "payload": {}}]})
     assert parse_append({"events": [{"type": "my-app/Note_1.2", "payload": {}}]})
+
+
+@pytest.mark.parametrize("name", ["slack\n", "ops\n", "Slack", "a b"])
+def test_an_actor_type_is_a_whole_token_at_every_edge(name: str) -> None:
+    # "$" matches before a final newline: an item header would break over two lines.
+    item = {"role": "user", "content": "hi", "actor": {"type": name, "id": "u"}}
+    with pytest.raises((RequestBodyError, PayloadError), match="actor"):
+        parse_append({"events": [{"type": ADDED, "payload": item}]}, ANONYMOUS)
+    with pytest.raises(cf.InvalidInputError, match="actor type"):
+        register_actor_type(name, trusted=True)
+    with pytest.raises(ConfigurationError, match="trusted actor type"):
+        check_trusted_actor_types([name])

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUILTIN_ACTOR_TYPES",
     "actor_types",
+    "is_actor_type",
     "is_external",
     "is_trusted",
     "may_call_tools",
@@ -47,10 +48,16 @@ __all__ = [
     "wire_role",
 ]
 
-_NAME = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+"""An actor type token, matched whole (``$`` would let a final newline through)."""
 # Process-wide like the Event registry: register at import time of the defining module.
 # Only trusted_extensions() reads it for decisions, when a request header is made.
 _registry: dict[str, bool] = dict(BUILTIN_ACTOR_TYPES)
+
+
+def is_actor_type(name: str) -> bool:
+    """Whether ``name`` is an actor type token as a new item or registration must give it."""
+    return _NAME.fullmatch(name) is not None
 
 
 def register_actor_type(name: str, *, trusted: bool) -> None:
@@ -60,7 +67,7 @@ def register_actor_type(name: str, *, trusted: bool) -> None:
     :func:`trusted_extensions`). Raises InvalidInputError for a malformed name, for a
     built-in type and for a different trust than the earlier registration.
     """
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidInputError(
             f"actor type {name!r} must be a lowercase token of letters, digits and . _ - "
             "(1-64 characters, starting with a letter)"
