@@ -25,6 +25,7 @@ from contextfold.journal.encode import (
     shown_name,
 )
 from contextfold.server import create_app
+from contextfold.server.openapi import openapi_schema
 from contextfold.transcript.store.base import check_session
 from tests.server.helpers import running
 
@@ -186,3 +187,22 @@ def test_http_pages_past_and_reads_a_name_stored_before_the_check(tmp_path: Path
             assert wrong.status_code == 400, wrong.text
 
     asyncio.run(run())
+
+
+def test_the_documented_name_pattern_refuses_what_the_check_refuses() -> None:
+    # The OpenAPI document's stream-name pattern and the server's one check agree on every
+    # character of the Basic Multilingual Plane (a pattern without the u flag ends there).
+    document = openapi_schema(max_body_bytes=1, authenticated=False, namespaced=False)
+    params = document["paths"]["/v1/streams/{stream}/events"]["get"]["parameters"]
+    stream = next(p for p in params if p["name"] == "stream")
+    # The document's \\uXXXX escapes, read as Python's regex reads them.
+    pattern = re.compile(stream["schema"]["pattern"])
+    for code in range(0x10000):
+        char = chr(code)
+        try:
+            check_name_characters("stream name", f"a{char}b")
+        except cf.InvalidInputError:
+            refused = True
+        else:
+            refused = False
+        assert (pattern.match(f"a{char}b") is None) == refused, f"U+{code:04X}"

@@ -51,6 +51,7 @@ __all__ = [
     "check_types",
     "encode_events",
     "escape_hidden",
+    "is_hidden_character",
     "shown_name",
     "utc_now",
 ]
@@ -184,7 +185,8 @@ _IGNORABLE = (
 )
 
 
-def _is_hidden(char: str) -> bool:
+def is_hidden_character(char: str) -> bool:
+    """Whether names may not hold ``char`` (see :func:`check_name_characters`)."""
     code = ord(char)
     return unicodedata.category(char) in _HIDDEN_CATEGORIES or any(
         start <= code <= end for start, end in _IGNORABLE
@@ -192,8 +194,8 @@ def _is_hidden(char: str) -> bool:
 
 
 def _hidden_at(text: str) -> int | None:
-    """Index of the first character in ``text`` that :func:`_is_hidden` (None if none)."""
-    return next((at for at, char in enumerate(text) if _is_hidden(char)), None)
+    """Index of the first character in ``text`` that :func:`is_hidden_character` (None if none)."""
+    return next((at for at, char in enumerate(text) if is_hidden_character(char)), None)
 
 
 def check_name_characters(
@@ -233,7 +235,7 @@ def _escaped_repr(text: str) -> str:
     unprintable, but leaves fillers and variation selectors as they are."""
     return "".join(
         (f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
-        if _is_hidden(char)
+        if is_hidden_character(char)
         else char
         for char in repr(text)
     )
@@ -245,7 +247,7 @@ def escape_hidden(json_text: str) -> str:
     C0 controls, and only they may stand outside a JSON string)."""
     if json_text.isascii() and json_text.isprintable():
         return json_text
-    return "".join(_escaped(char) if _is_hidden(char) else char for char in json_text)
+    return "".join(_escaped(char) if is_hidden_character(char) else char for char in json_text)
 
 
 def _escaped(char: str) -> str:
@@ -263,7 +265,7 @@ def _named(char: str) -> str:
 
 
 def _kind(char: str) -> str:
-    """What a character :func:`_is_hidden` takes is, for a message."""
+    """What a character :func:`is_hidden_character` takes is, for a message."""
     code, category = ord(char), unicodedata.category(char)
     if char in _BIDI:
         return "a bidi control"

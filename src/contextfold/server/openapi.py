@@ -9,10 +9,11 @@ they reference are in :mod:`.openapi_schemas`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
-from ..journal.encode import MAX_NAME_LENGTH
+from ..journal.encode import MAX_NAME_LENGTH, is_hidden_character
 from ..transcript.store.base import MAX_PAGE_SIZE
 from .body import NAMESPACE_HEADER, NAMESPACE_HEADER_PATTERN
 from .openapi_schemas import component_schemas, schema_ref
@@ -24,14 +25,33 @@ __all__ = ["OPENAPI_PATH", "openapi_schema"]
 OPENAPI_PATH = "/openapi.json"
 
 _JSON = "application/json"
-# What names may not hold (journal.encode.check_name_characters): control, bidi and
-# zero-width characters, line separators, the byte order mark.
-_CONTROL = (
-    "\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u180e\\u200b-\\u200f\\u2028-\\u202e"
-    "\\u2060-\\u2064\\u2066-\\u2069\\ufeff"
-)
-_NO_CONTROL = f"^[^{_CONTROL}]*$"
-_EDGE = f"[^\\s{_CONTROL}]"  # a name neither starts nor ends with whitespace
+
+
+@functools.cache
+def _refused() -> str:
+    """What names may not hold, as the body of a regex class: every character of the Basic
+    Multilingual Plane that ``journal.encode.check_name_characters`` refuses (control, bidi,
+    format and zero-width characters, separators, fillers, the byte order mark), so the
+    document and the server agree. A pattern without the ``u`` flag cannot name those beyond
+    it (tag characters, supplementary selectors); the server still refuses them."""
+    refused = [code for code in range(0x10000) if is_hidden_character(chr(code))]
+    ranges: list[str] = []
+    start = previous = refused[0]
+    for code in [*refused[1:], -1]:
+        if code != previous + 1:
+            ranges.append(f"\\u{start:04x}" + ("" if start == previous else f"-\\u{previous:04x}"))
+            start = code
+        previous = code
+    return "".join(ranges)
+
+
+def _no_control() -> str:
+    return f"^[^{_refused()}]*$"
+
+
+def _stream_name_pattern() -> str:
+    edge = f"[^\\s{_refused()}]"  # a name neither starts nor ends with whitespace
+    return f"^{edge}(?:[^{_refused()}]*{edge})?$"
 
 
 def _error(description: str) -> dict[str, Any]:
@@ -87,7 +107,7 @@ class _Operations:
                 {
                     "name": "namespace",
                     "in": "query",
-                    "schema": {**name, "pattern": _NO_CONTROL.replace("*", "+")},
+                    "schema": {**name, "pattern": _no_control().replace("*", "+")},
                     "description": "The namespace, for EventSource clients (which cannot "
                     "send headers); it must agree with the header when both are sent.",
                 }
@@ -152,7 +172,7 @@ def openapi_schema(
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_NAME_LENGTH,
-        "pattern": f"^{_EDGE}(?:[^{_CONTROL}]*{_EDGE})?$",
+        "pattern": _stream_name_pattern(),
     }
     stream = _path_param("stream", "The stream name (it may hold slashes).", name)
     session = _path_param("session", "The transcript session.", name)
