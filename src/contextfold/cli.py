@@ -393,6 +393,13 @@ def serve(
             "only a trusted writer may use it (repeatable).",
         ),
     ] = None,
+    runtime_type_prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="A type prefix ('myapp/') of your own runtime_only events: only a trusted "
+            "writer may append them (repeatable).",
+        ),
+    ] = None,
     max_live_streams: Annotated[
         int,
         typer.Option(min=1, help="Live SSE streams served at once; past it, 503 (retry later)."),
@@ -449,6 +456,7 @@ def serve(
         token=token,
         trusted_tokens=trusted,
         trusted_actor_types=tuple(trusted_actor_type or ()),
+        runtime_type_prefixes=tuple(runtime_type_prefix or ()),
         max_live_streams=max_live_streams,
         extra_connections=extra_connections,
         header_timeout=header_timeout,

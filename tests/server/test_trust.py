@@ -16,6 +16,7 @@ from contextfold.integrations._adk_records import AdkSessionCreated, AdkStateCha
 from contextfold.integrations._pydantic_ai_history import PydanticAiMessage
 from contextfold.integrations.openai_agents import ItemAdded
 from contextfold.runtime.scheduling import AgentHalted
+from contextfold.server import create_app
 from contextfold.server.writers import is_runtime_type
 from tests.server.helpers import Running, Serve
 
@@ -206,3 +207,28 @@ async def test_a_trusted_writer_may_replace_a_trusted_keyed_slot(
         assert response.status_code == 201, response.text
     state = await journal.fold(cf.AgentContext, "s")
     assert [item.content for item in state.items] == ["New rule."]
+
+
+async def test_declared_runtime_type_prefixes_are_refused_from_external_writers(
+    serve: Serve, journal: cf.Journal
+) -> None:
+    # The application's own runtime-only events, whose classes this process never imported.
+    step = {"type": "myapp/tool-step", "payload": {"n": 1}}
+    shouted = {"type": "MyApp/tool-step", "payload": {"n": 1}}
+    async with serve(runtime_type_prefixes=["myapp/"]) as server:
+        for event in (step, shouted):
+            message = _error(await _post(server, {"events": [NOTE, event]}))
+            assert "events[1]" in message and "refused" in message
+        assert await journal.list_streams() == ()
+        other = {"type": "myapp-notes/note", "payload": {}}
+        assert (await _post(server, {"events": [other]})).status_code == 201
+    async with serve() as undeclared:  # what the server was not told, it stores as sent
+        assert (await _post(undeclared, {"events": [step]})).status_code == 201
+    async with serve(trusted_writer=True, runtime_type_prefixes=["myapp/"]) as trusted:
+        assert (await _post(trusted, {"events": [step]})).status_code == 201
+
+
+@pytest.mark.parametrize("prefixes", ["myapp/", ["myapp"], [""], ["my app/"], [7]])
+def test_runtime_type_prefixes_are_checked(journal: cf.Journal, prefixes: Any) -> None:
+    with pytest.raises(cf.ConfigurationError, match="runtime"):
+        create_app(journal, runtime_type_prefixes=prefixes)

@@ -52,7 +52,7 @@ from .sessions import SessionRoutes
 from .sse import DEFAULT_HEARTBEAT, DEFAULT_MAX_LIVE_STREAMS, StreamSlots
 from .streams import StreamRoutes
 from .trace import TraceRoutes
-from .writers import check_trusted_actor_types
+from .writers import check_runtime_type_prefixes, check_trusted_actor_types
 
 __all__ = [
     "DEFAULT_MAX_LIVE_STREAMS",
@@ -97,6 +97,7 @@ def create_app(
     allowed_hosts: Sequence[str] | None = None,
     trusted_writer: bool = False,
     trusted_actor_types: Iterable[str] = (),
+    runtime_type_prefixes: Iterable[str] = (),
     namespaces: Iterable[str] | None = None,
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     max_requests: int | None = None,
@@ -123,6 +124,9 @@ def create_app(
     (``cf.register_actor_type(name, trusted=True)`` in their processes); only a trusted
     writer may use them. Whatever this process registered, an external writer's system or
     developer items need a built-in actor type.
+    ``runtime_type_prefixes``: type prefixes (``"myapp/"``) of the application's own
+    ``runtime_only`` events: only a trusted writer may append them, whether or not this
+    process imported their classes (the built-in ones need no declaration).
     ``namespaces``: the namespaces served (others get 403); any namespace when None.
     ``max_live_streams``: SSE streams (``/tail`` and ``/live``) open at once; past it 503.
     ``app.state.live_streams.close()`` ends them all (a server shutting down calls it).
@@ -135,6 +139,7 @@ def create_app(
     """
     tokens = token_writers(token, trusted_tokens)
     actor_types = check_trusted_actor_types(trusted_actor_types)
+    runtime_prefixes = check_runtime_type_prefixes(runtime_type_prefixes)
     for name, limit in (("max_body_bytes", max_body_bytes), ("max_live_streams", max_live_streams)):
         _check_count(name, limit)
     if max_requests is None:
@@ -168,6 +173,7 @@ def create_app(
         slots=slots,
         trusted_writer=trusted_writer,
         trusted_actor_types=actor_types,
+        runtime_type_prefixes=runtime_prefixes,
         namespaces=served,
     )
     sessions = SessionRoutes(

@@ -23,7 +23,7 @@ from .auth import AccessTokenRedaction, token_writers
 from .limits import DEFAULT_EXTRA_REQUESTS, check_positive_seconds
 from .protocol import DEFAULT_HEADER_TIMEOUT, header_timeout_protocol
 from .sse import DEFAULT_MAX_LIVE_STREAMS, StreamSlots
-from .writers import check_trusted_actor_types
+from .writers import check_runtime_type_prefixes, check_trusted_actor_types
 
 __all__ = [
     "DEFAULT_EXTRA_CONNECTIONS",
@@ -126,6 +126,7 @@ async def serve_async(
     token: str | None = None,
     trusted_tokens: Iterable[str] = (),
     trusted_actor_types: Iterable[str] = (),
+    runtime_type_prefixes: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -137,8 +138,9 @@ async def serve_async(
     On a loopback address only loopback ``Host`` headers (and the address itself) are
     accepted, so a web page cannot reach the server through DNS rebinding. Any other
     address needs a token (InvalidInputError otherwise, before anything is opened).
-    ``trusted_tokens`` authenticate trusted writers and ``trusted_actor_types`` are the
-    actor types the agents trust beyond the built-in ones (see ``create_app``). At most
+    ``trusted_tokens`` authenticate trusted writers, ``trusted_actor_types`` are the
+    actor types the agents trust beyond the built-in ones and ``runtime_type_prefixes`` the
+    application's runtime-only event types (see ``create_app``). At most
     ``max_live_streams + extra_connections`` requests are in flight; a connection that
     has not sent its request headers ``header_timeout`` seconds after opening is closed.
     The transcript kept in the same database is served too. The journal is closed on the
@@ -152,6 +154,7 @@ async def serve_async(
     _check_address(host, port)
     trusted = tuple(trusted_tokens)
     actor_types = check_trusted_actor_types(trusted_actor_types)
+    runtime_prefixes = check_runtime_type_prefixes(runtime_type_prefixes)
     allowed_hosts = _allowed_hosts(host, bool(token_writers(token, trusted)))
     check_positive_seconds("header_timeout", header_timeout)
     if (
@@ -183,6 +186,7 @@ async def serve_async(
                 token=token,
                 trusted_tokens=trusted,
                 trusted_actor_types=actor_types,
+                runtime_type_prefixes=runtime_prefixes,
                 allowed_hosts=allowed_hosts,
                 max_live_streams=max_live_streams,
                 max_requests=max_live_streams + extra_connections,
@@ -223,6 +227,7 @@ def serve(
     token: str | None = None,
     trusted_tokens: Iterable[str] = (),
     trusted_actor_types: Iterable[str] = (),
+    runtime_type_prefixes: Iterable[str] = (),
     max_live_streams: int = DEFAULT_MAX_LIVE_STREAMS,
     extra_connections: int = DEFAULT_EXTRA_CONNECTIONS,
     header_timeout: float = DEFAULT_HEADER_TIMEOUT,
@@ -238,6 +243,7 @@ def serve(
             token=token,
             trusted_tokens=trusted_tokens,
             trusted_actor_types=trusted_actor_types,
+            runtime_type_prefixes=runtime_type_prefixes,
             max_live_streams=max_live_streams,
             extra_connections=extra_connections,
             header_timeout=header_timeout,

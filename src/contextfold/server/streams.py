@@ -57,6 +57,7 @@ class StreamRoutes:
         slots: StreamSlots,
         trusted_writer: bool = False,
         trusted_actor_types: frozenset[str] = frozenset(),
+        runtime_type_prefixes: tuple[str, ...] = (),
         namespaces: frozenset[str] | None = None,
     ) -> None:
         self.journal = journal
@@ -66,6 +67,7 @@ class StreamRoutes:
         self.slots = slots
         self.trusted_writer = trusted_writer
         self.trusted_actor_types = trusted_actor_types
+        self.runtime_type_prefixes = runtime_type_prefixes
         self.namespaces = namespaces
 
     def routes(self) -> list[Route]:
@@ -147,7 +149,7 @@ class StreamRoutes:
         journal, stream = self._stream(request)
         found = writer_of(request.scope, ANONYMOUS)
         trusted = found.trusted or self.trusted_writer
-        writer = Writer(found.name, trusted, self.trusted_actor_types)
+        writer = Writer(found.name, trusted, self.trusted_actor_types, self.runtime_type_prefixes)
         body = parse_append(await read_json(request, max_bytes=self.max_body_bytes), writer)
         keyed = () if writer.trusted else keyed_items(body.events)
         for attempt in range(_KEYED_ATTEMPTS):

@@ -32,7 +32,7 @@ from ..context.events import BUILTIN_ACTOR_TYPES, ContextAdded
 from ..context.state import SYSTEM_PROMPT_KEY, AgentContextState
 from ..context.trust import is_actor_type
 from ..errors import ConfigurationError
-from ..events import RUNTIME_TYPE_PREFIXES, RawEvent, is_runtime_type
+from ..events import RUNTIME_TYPE_PREFIXES, TYPE_NAME, RawEvent, is_runtime_type
 from .errors import RequestBodyError
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "check_item",
     "check_keyed_slots",
     "check_meta_actor",
+    "check_runtime_type_prefixes",
     "check_trusted_actor_types",
     "check_type",
     "is_runtime_type",
@@ -64,6 +65,9 @@ class Writer:
     trusted_actor_types: frozenset[str] = frozenset()
     """The actor types the server trusts beyond the built-in ones (declared to it): an
     external writer may not use them."""
+    runtime_type_prefixes: tuple[str, ...] = ()
+    """Type prefixes declared to the server as runtime-only beyond the built-in ones (the
+    application's own ``runtime_only`` events): an external writer may not append them."""
 
 
 ANONYMOUS = Writer("anonymous")
@@ -100,6 +104,29 @@ def writer_of(scope: Scope, default: Writer = ANONYMOUS) -> Writer:
     return found if isinstance(found, Writer) else default
 
 
+def check_runtime_type_prefixes(prefixes: Iterable[str]) -> tuple[str, ...]:
+    """The type prefixes a server is told are runtime-only beyond the built-in ones, lower
+    case (they match whatever the case). Raises ConfigurationError for one str instead of a
+    collection, or a prefix that is not a type namespace ending in ``/`` (``myapp/``)."""
+    if isinstance(prefixes, str):
+        raise ConfigurationError(
+            "runtime_type_prefixes must be a collection of prefixes, not one str"
+        )
+    declared = []
+    for prefix in prefixes:
+        if (
+            not isinstance(prefix, str)
+            or not prefix.endswith("/")
+            or TYPE_NAME.fullmatch(prefix + "x") is None
+        ):
+            raise ConfigurationError(
+                f"runtime type prefix {prefix!r} must be the start of event type names, "
+                "ending in / (for example 'myapp/')"
+            )
+        declared.append(prefix.lower())
+    return tuple(sorted(set(declared)))
+
+
 def check_trusted_actor_types(names: Iterable[str]) -> frozenset[str]:
     """The actor types a server is told to trust beyond the built-in ones. Raises
     ConfigurationError for one str instead of a collection, a malformed name, or a built-in
@@ -123,7 +150,9 @@ def check_trusted_actor_types(names: Iterable[str]) -> frozenset[str]:
 
 def check_type(where: str, type_name: str, writer: Writer) -> None:
     """RequestBodyError when an external ``writer`` sends a runtime event type."""
-    if not writer.trusted and is_runtime_type(type_name):
+    if not writer.trusted and (
+        is_runtime_type(type_name) or type_name.lower().startswith(writer.runtime_type_prefixes)
+    ):
         raise RequestBodyError(f'{where}."type" {type_name!r} is refused: {_TRUSTED_HINT}')
 
 
