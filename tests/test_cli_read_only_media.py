@@ -98,15 +98,23 @@ def _shared_folder() -> Iterator[Path]:
                 path.chmod(stat.S_IRWXU)
 
 
-def test_read_commands_read_a_journal_its_user_cannot_write() -> None:
-    # In a folder it may write: read as mode=ro, through a -shm it creates beside the file.
-    prefix = _as_other_user()
+@contextlib.contextmanager
+def _shared_journal(file_mode: int, folder_mode: int) -> Iterator[tuple[Path, Path, int]]:
+    """A journal in a folder of the shared one, with those modes: the shared folder, the
+    journal's path and the offset of its request."""
     with _shared_folder() as shared:
         folder = shared / "journal"
         folder.mkdir()
         path, offset = _journal(folder)
-        path.chmod(0o444)
-        folder.chmod(0o777)
+        path.chmod(file_mode)
+        folder.chmod(folder_mode)
+        yield shared, path, offset
+
+
+def test_read_commands_read_a_journal_its_user_cannot_write() -> None:
+    # In a folder it may write: read as mode=ro, through a -shm it creates beside the file.
+    prefix = _as_other_user()
+    with _shared_journal(0o444, 0o777) as (shared, path, offset):
         before = path.read_bytes()
         _read_commands(path, offset, prefix, shared)
         assert path.read_bytes() == before
@@ -118,12 +126,8 @@ def test_a_journal_in_a_folder_its_user_cannot_write_is_refused_saying_why() -> 
     prefix = _as_other_user()
     if not prefix:
         pytest.skip("needs a user chmod stops")
-    with _shared_folder() as shared:
-        folder = shared / "journal"
-        folder.mkdir()
-        path, _ = _journal(folder)
-        path.chmod(0o444)
-        folder.chmod(0o555)
+    with _shared_journal(0o444, 0o555) as (shared, path, _):
+        folder = path.parent
         done = _contextfold(prefix, ["events", _STREAM, "--url", f"sqlite:///{path}"], shared)
         assert done.returncode != 0
         assert "-shm" in done.stderr and "read-only media" in done.stderr, done.stderr
@@ -132,12 +136,7 @@ def test_a_journal_in_a_folder_its_user_cannot_write_is_refused_saying_why() -> 
 
 def test_a_reader_that_cannot_write_the_journal_follows_a_writer() -> None:
     prefix = _as_other_user()
-    with _shared_folder() as shared:
-        folder = shared / "journal"
-        folder.mkdir()
-        path, _ = _journal(folder)
-        path.chmod(0o644)
-        folder.chmod(0o777)
+    with _shared_journal(0o644, 0o777) as (shared, path, _):
         url = f"sqlite:///{path}"
         follow = ["events", _STREAM, "--follow", "--url", url]
         follower = subprocess.Popen(
