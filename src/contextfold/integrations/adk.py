@@ -22,6 +22,7 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from importlib import metadata
 from typing import Any
 
 from pydantic import ValidationError
@@ -195,21 +196,30 @@ class JournalSessionService(BaseSessionService):
         session._storage_update_marker = _marker(record.head or "")
         return session
 
-    async def _load(self, stream: str, record: SessionRecord, start: int) -> list[Event] | None:
-        """The ADK events of ``record.events[start:]``, or None when the stream changed under
-        the read (deleted and written again): the caller reads the record again."""
-        wanted = record.events
-        cursor = wanted[start - 1].cursor if start else record.base
+    async def _load(
+        self, stream: str, record: SessionRecord, wanted: Sequence[int]
+    ) -> list[Event] | None:
+        """The ADK events at the ``wanted`` indices of ``record.events`` (ascending), or None
+        when the stream changed under the read (deleted and written again): the caller reads
+        the record again. It reads from the first wanted event on and keeps the wanted ones."""
+        index = record.events
+        if not wanted:
+            return []
+        keep = set(wanted)
+        at = wanted[0]
+        cursor = index[at - 1].cursor if at else record.base
         events: list[Event] = []
-        while len(events) < len(wanted) - start:
-            limit = min(_PAGE, len(wanted) - start - len(events))
+        while at <= wanted[-1]:
+            limit = min(_PAGE, wanted[-1] + 1 - at)
             page = await self.journal.read(stream, after=cursor, types=[ADK_EVENT], limit=limit)
             if page.reset or not page.events:
                 return None
             for stored in page.events:
-                if stored.cursor != wanted[start + len(events)].cursor:
+                if stored.cursor != index[at].cursor:
                     return None
-                events.append(_decode(stored))
+                if at in keep:
+                    events.append(_decode(stored))
+                at += 1
             cursor = page.cursor
         return events
 
@@ -230,8 +240,7 @@ class JournalSessionService(BaseSessionService):
             record = await self._record(stream)
             if not record.exists:
                 return None
-            start = _first_wanted(record.events, config)
-            events = await self._load(stream, record, start)
+            events = await self._load(stream, record, _wanted(record.events, config))
             if events is not None:
                 return self._session(record, await self._merged(record), events)
         raise StoreError(f"stream {stream!r} changed under {_ATTEMPTS} reads in a row")
@@ -388,7 +397,7 @@ class JournalSessionService(BaseSessionService):
             raise SessionNotFoundError(f"Session {session.id} not found.")
         await self._share(stream, record.app_name, record.user_id, record.shared)
         if record.events and record.events[-1].event_id == event.id:
-            last = await self._load(stream, record, len(record.events) - 1)
+            last = await self._load(stream, record, [len(record.events) - 1])
             if last is not None and last[0] == stored:
                 return event  # a re-delivery: stored once, applied once
         _check_fresh(session, record, stream)
@@ -416,26 +425,55 @@ class JournalSessionService(BaseSessionService):
         return event
 
 
-def _first_wanted(index: Sequence[Indexed], config: GetSessionConfig | None) -> int:
-    """Where the events ``config`` selects start in the index (its length for none).
+def _adk_version() -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in metadata.version("google-adk").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return (0,)
 
-    ADK's selection, then moved past any event that answers a function call the selection
-    cut off: a trimmed session never holds a tool's result without the call.
-    """
-    start = 0
-    if config is not None and config.num_recent_events is not None:
-        start = max(0, len(index) - config.num_recent_events)
-    if config is not None and config.after_timestamp is not None:
-        at = len(index)
-        while at > start and index[at - 1].timestamp >= config.after_timestamp:
-            at -= 1
-        start = at
+
+_FILTERS_EVERY_EVENT = _adk_version() >= (2, 15)
+"""ADK 2.15 changed ``get_session``'s selection: ``after_timestamp`` keeps every event at or
+after it, before ``num_recent_events`` keeps the newest; before, the newest were taken first,
+then those from the last one earlier than the timestamp on. The two differ only for events
+whose timestamps are out of order; the service follows the installed ADK's in-memory one."""
+
+
+def _wanted(index: Sequence[Indexed], config: GetSessionConfig | None) -> list[int]:
+    """The indices of the events ``config`` selects, ascending: ADK's selection, less the
+    results of function calls it cut off. A selection that is a suffix stays one: it starts
+    past any result whose call it cut (so a trimmed session never holds a tool's result
+    without its call); any other selection leaves out just those results."""
+    if config is not None and _FILTERS_EVERY_EVENT:
+        selected = list(range(len(index)))
+        if config.after_timestamp is not None:
+            selected = [at for at in selected if index[at].timestamp >= config.after_timestamp]
+        if config.num_recent_events is not None:
+            recent = config.num_recent_events
+            selected = selected[-recent:] if recent else []
+        start = selected[0] if selected else len(index)
+        if selected != list(range(start, len(index))):
+            kept = set(selected)
+            return [
+                at
+                for at in selected
+                if index[at].answers_from in kept or index[at].answers_from < 0
+            ]
+    else:
+        start = 0
+        if config is not None and config.num_recent_events is not None:
+            start = max(0, len(index) - config.num_recent_events)
+        if config is not None and config.after_timestamp is not None:
+            at = len(index)
+            while at > start and index[at - 1].timestamp >= config.after_timestamp:
+                at -= 1
+            start = at
     while start:  # each pass only looks at the events it returns
         cut = [at for at in range(start, len(index)) if 0 <= index[at].answers_from < start]
         if not cut:
             break
         start = cut[-1] + 1
-    return start
+    return list(range(start, len(index)))
 
 
 def _check_fresh(session: Session, record: SessionRecord, stream: str) -> None:
