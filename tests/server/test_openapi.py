@@ -153,13 +153,17 @@ def test_the_served_document_is_the_one_tested(served: str) -> None:
     assert response.json() == DOCUMENT
 
 
-@schema.parametrize()
-@settings(
+_BOUNDED = settings(
     max_examples=30,
     deadline=timedelta(seconds=10),
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
+"""Each schemathesis run: 30 examples per operation, each within a deadline, reproducible."""
+
+
+@schema.parametrize()
+@_BOUNDED
 def test_the_api_keeps_its_contract(case: Any, served: str, deadline: float) -> None:
     """As an external writer: what it may not append gets 400, as documented."""
     if time.monotonic() > deadline:
@@ -168,12 +172,7 @@ def test_the_api_keeps_its_contract(case: Any, served: str, deadline: float) -> 
 
 
 @schema.parametrize()
-@settings(
-    max_examples=30,
-    deadline=timedelta(seconds=10),
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
+@_BOUNDED
 def test_the_api_keeps_its_contract_for_a_trusted_writer(
     case: Any, served: str, deadline: float
 ) -> None:
