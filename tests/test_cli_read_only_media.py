@@ -54,15 +54,7 @@ def _read_commands(path: Path, offset: int, prefix: list[str], cwd: Path) -> Non
         ["rebuild", _STREAM, str(offset)],
         ["verify", _STREAM],
     ):
-        done = subprocess.run(
-            [*prefix, sys.executable, "-m", "contextfold", *command, "--url", url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "HOME": str(cwd)},
-            cwd=cwd,
-            check=False,
-        )
+        done = _contextfold(prefix, [*command, "--url", url], cwd)
         assert done.returncode == 0, (command, done.stderr)
         assert done.stdout, command
         if command == ["streams"]:
