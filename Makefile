@@ -8,7 +8,7 @@ UV := .tools/bin/uv
 # The extras and the dev group, as one set of arguments for every environment.
 EXTRAS := --all-extras --group dev
 
-.PHONY: install demo test lint typecheck bench lock test-latest test-lowest
+.PHONY: install demo test lint typecheck bench lock test-latest test-lowest local-model
 
 $(UV):
 	$(PYTHON) -m venv .tools
@@ -25,7 +25,12 @@ install: .venv/.installed
 demo: install
 	$(PY) -m contextfold demo
 
-test: install
+# llama.cpp's server and a small model, built once into a cache outside the repository
+# (about 11 CPU-minutes the first time): the real model the suite and the benchmarks talk to.
+local-model:
+	$(PYTHON) .ci/local-model
+
+test: install local-model
 	$(PY) -m pytest -q
 
 # Upgrades every locked dependency to its newest release; commit the new uv.lock on its own.
@@ -44,13 +49,13 @@ endef
 
 # The suite against the newest release of every dependency: a framework release that breaks
 # an adapter fails here first, not in main's CI.
-test-latest: $(UV)
+test-latest: $(UV) local-model
 	$(call resolved_env,.venv-latest,--upgrade)
 	.venv-latest/bin/python -m pytest -q
 
 # The suite against the lower bounds pyproject.toml publishes for users (each direct
 # dependency at its oldest allowed release).
-test-lowest: $(UV)
+test-lowest: $(UV) local-model
 	$(call resolved_env,.venv-lowest,--resolution lowest-direct)
 	.venv-lowest/bin/python -m pytest -q
 
@@ -63,5 +68,5 @@ lint: install
 typecheck: install
 	$(PY) -m mypy
 
-bench: install
+bench: install local-model
 	for script in benchmarks/*.py; do $(PY) $$script || exit 1; done

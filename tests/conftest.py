@@ -4,6 +4,10 @@ PostgreSQL: ``pg_server`` starts one real server per session (see ``tests/pgserv
 ``pg_dsn`` gives each test its own fresh database. Without PostgreSQL installed these tests
 are skipped locally and fail under ``CI=true``. Set ``CONTEXTFOLD_TEST_PG_DSN`` to use an
 existing server instead.
+
+A real model: ``llama_server`` starts llama.cpp's server with a small model once per session
+(see ``tests/llamaserver.py``; built by ``make local-model``); tests using it are marked
+``real_model``, skipped locally without the build and failed under ``CI=true``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import NoReturn
 
 import pytest
 
+from tests.llamaserver import LlamaServer, LlamaServerNotFoundError
 from tests.pgserver import PostgresNotFoundError, TemporaryPostgres
 
 # No test reaches a real model provider: each runs under contextfold.testing's guard.
@@ -34,10 +39,14 @@ def _unavailable(reason: str) -> NoReturn:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark tests using the PostgreSQL fixtures with ``postgres`` (for ``-m 'not postgres'``)."""
+    """Mark tests using the PostgreSQL fixtures with ``postgres`` and those using the real
+    model's server with ``real_model`` (for ``-m 'not postgres'``, ``-m 'not real_model'``)."""
     for item in items:
-        if _PG_FIXTURES & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if _PG_FIXTURES & names:
             item.add_marker(pytest.mark.postgres)
+        if "llama_server" in names:
+            item.add_marker(pytest.mark.real_model)
 
 
 # --- pytest fixtures shared by all layers ---
@@ -58,6 +67,18 @@ def pg_server() -> Iterator[TemporaryPostgres]:
         missing = str(exc)
     if missing is not None:
         _unavailable(missing)
+    with server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Iterator[LlamaServer]:
+    """One llama.cpp server with SmolLM2-135M-Instruct for the whole session (``.openai_url``,
+    ``.url``, ``.model``)."""
+    try:
+        server = LlamaServer()
+    except LlamaServerNotFoundError as exc:
+        _unavailable(str(exc))
     with server:
         yield server
 

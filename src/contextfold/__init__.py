@@ -7,6 +7,7 @@ from importlib import metadata as _metadata
 from . import render as _renderers  # noqa: F401
 from .context import (
     PROTOCOL,
+    PROTOCOLS,
     SYSTEM_PROMPT_KEY,
     Actor,
     AgentContext,
@@ -137,6 +138,7 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - imported from a bar
 
 __all__ = [
     "PROTOCOL",
+    "PROTOCOLS",
     "SYSTEM_PROMPT_KEY",
     "Actor",
     "Agent",

@@ -76,6 +76,15 @@ def demo(
         Path | None, typer.Option(help="SQLite journal file to use (instead of --url).")
     ] = None,
     fresh: Annotated[bool, typer.Option(help="Start the demo stream from scratch.")] = True,
+    context_window: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar="CONTEXTFOLD_CONTEXT_WINDOW",
+            help="The model's input limit in tokens, for a model contextfold does not know "
+            "and whose server does not report one (llama.cpp and vLLM do).",
+        ),
+    ] = None,
 ) -> None:
     """Run the demo agent session on an embedded SQLite journal and show what happened."""
     from .demo import run_demo
@@ -88,7 +97,7 @@ def demo(
             _usage_error("--url", f"must name an SQLite file for the demo, got {_shown(url)!r}")
         db = Path(parsed.target)
     try:
-        ok = asyncio.run(run_demo(db, fresh=fresh, console=console))
+        ok = asyncio.run(run_demo(db, fresh=fresh, console=console, context_window=context_window))
     except ModelError as exc:
         console.print(f"error: {exc}", style="red", markup=False)
         console.print(

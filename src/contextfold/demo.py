@@ -139,15 +139,22 @@ def workspace_tools(root: Path) -> list[Any]:
     return [search_files, read_file]
 
 
-def pick_model() -> tuple[ModelClient, str]:
-    """The provider from the environment, or the local deterministic model."""
+def pick_model(context_window: int | None = None) -> tuple[ModelClient, str]:
+    """The provider from the environment, or the local deterministic model. A
+    ``context_window`` (tokens) is the model's input limit, for a model contextfold's table
+    does not know and whose server does not report one."""
     # A base URL alone is an OpenAI-compatible local server (vLLM, Ollama): no key needed.
     if os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         name = os.environ.get("CONTEXTFOLD_OPENAI_MODEL", "gpt-5.4-mini")
-        return OpenAIChatModel(name, base_url=os.environ.get("OPENAI_BASE_URL")), f"OpenAI ({name})"
+        base_url = os.environ.get("OPENAI_BASE_URL")
+        model = OpenAIChatModel(name, base_url=base_url, context_window=context_window)
+        return (
+            model,
+            f"OpenAI-compatible ({name} at {base_url})" if base_url else f"OpenAI ({name})",
+        )
     if os.environ.get("ANTHROPIC_API_KEY"):
         name = os.environ.get("CONTEXTFOLD_ANTHROPIC_MODEL", "claude-haiku-4-5")
-        return AnthropicModel(name), f"Anthropic ({name})"
+        return AnthropicModel(name, context_window=context_window), f"Anthropic ({name})"
     return (
         LocalModel(),
         "the local deterministic model (no OPENAI_API_KEY, OPENAI_BASE_URL or "
@@ -231,12 +238,19 @@ class _Printer:
                 assert_never(event)
 
 
-async def run_demo(db: Path, *, fresh: bool = True, console: Console | None = None) -> bool:
-    """Run the demo session in ``db``; returns True when every request rebuilt byte for byte."""
+async def run_demo(
+    db: Path,
+    *,
+    fresh: bool = True,
+    console: Console | None = None,
+    context_window: int | None = None,
+) -> bool:
+    """Run the demo session in ``db``; returns True when every request rebuilt byte for byte.
+    ``context_window``: the model's input limit in tokens (see :func:`pick_model`)."""
     out = console or Console()
     db.parent.mkdir(parents=True, exist_ok=True)
     root = make_workspace(db.parent / "workspace")
-    model, described = pick_model()
+    model, described = pick_model(context_window)
     stream = "demo/coding-session"
     async with open_journal(f"sqlite:///{db}") as journal:
         if fresh:

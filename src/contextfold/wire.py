@@ -321,7 +321,9 @@ class ModelOutput:
 
     text: str = ""
     tool_calls: tuple[ToolCall, ...] = ()
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage | None = None
+    """What the provider reported; None when it reported nothing (a stream without a usage
+    chunk), recorded as not reported, never as zero tokens."""
     finish_reason: str = "stop"
     """The provider's own stop reason (``"stop"``, ``"tool_calls"``, ``"end_turn"``…)."""
     reasoning: str = ""

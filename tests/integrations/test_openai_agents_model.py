@@ -99,7 +99,7 @@ async def test_runner_requests_rebuild_byte_for_byte(journal: cf.Journal) -> Non
     second = fn.requests[1]
     assert [m.role for m in second.messages[-3:-1]] == ["assistant", "tool"]
     assert second.messages[-3].tool_calls[0].name == "get_weather"
-    assert second.system.startswith("You are an agent whose context is an event journal")
+    assert second.system == cf.PROTOCOLS[2]  # the protocol of the layout JournalModel records
     assert second.messages[0].content == "Answer weather questions with the tool."
     assert [tool.name for tool in second.tools] == ["get_weather"]
 

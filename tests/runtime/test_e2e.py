@@ -87,7 +87,9 @@ async def test_openai_chat_streaming_tool_call_then_text(journal: Journal) -> No
     first, second = (r.body for r in server.received)
     assert first["stream"] is True and first["stream_options"] == {"include_usage": True}
     assert first["tools"][0]["function"]["name"] == "get_weather"
-    assert first["messages"][-2]["content"].endswith("What is the weather in Paris?")
+    # Not OpenAI's own API: the request ends with the question, its date in the system text.
+    assert first["messages"][-1]["content"].endswith("What is the weather in Paris?")
+    assert "\nCurrent date: " in first["messages"][0]["content"]
     await check_wire(journal, observer, server.received)
 
     # The streamed call was assembled from its fragments and the tool ran.

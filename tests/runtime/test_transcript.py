@@ -560,7 +560,10 @@ BIG = 100_000  # input tokens over half the default context window
 
 
 def _body(message: NeutralMessage) -> str:
-    """An item message's content without its header line."""
+    """An item message's content without its header line (the agent's own answers have
+    none: layout 2)."""
+    if message.role == "assistant" and parse_item_header(message.content) is None:
+        return message.content
     assert parse_item_header(message.content) is not None, message.content
     return message.content.split("\n", 1)[1]
 

@@ -31,6 +31,7 @@ from .events import (
 from .projection import AgentContext, fold_context, reduce_context_added, reduce_request
 from .request import (
     PROTOCOL,
+    PROTOCOLS,
     ItemHeader,
     build_request,
     item_header,
@@ -57,6 +58,7 @@ __all__ = [
     "CONTEXT_WINDOWS",
     "DEFAULT_CONTEXT_WINDOW",
     "PROTOCOL",
+    "PROTOCOLS",
     "SYSTEM_PROMPT_KEY",
     "Actor",
     "AgentContext",

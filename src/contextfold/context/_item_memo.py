@@ -24,13 +24,13 @@ class ItemMemo(weakref.ref):  # type: ignore[type-arg]
     __slots__ = ("built", "key", "messages", "prefix", "span", "texts")
 
     key: int
-    texts: dict[int | None, str] | None
-    """Rendered texts by content limit."""
-    messages: dict[tuple[str, int | None], Any] | None
-    """Item messages by (how it is sent, content limit)."""
-    built: dict[tuple[bool, tuple[str, ...], int | None], Any] | None
+    texts: dict[tuple[int | None, bool], str] | None
+    """Rendered texts by (content limit, without header)."""
+    messages: dict[tuple[str, int | None, bool], Any] | None
+    """Item messages by (how it is sent, content limit, without header)."""
+    built: dict[tuple[bool, tuple[str, ...], int | None, int], Any] | None
     """The newest history messages built from this item as the first one, by how they were
-    built (developer role, trusted types, content limit)."""
+    built (developer role, trusted types, content limit, layout)."""
     span: Any
     """The newest history measured from this item as the first one, with its offsets."""
     prefix: Any

@@ -50,6 +50,7 @@ __all__ = [
     "apply_compaction",
     "build_summary_request",
     "check_context_window",
+    "known_context_window",
     "compaction_attempt",
     "context_window",
     "latest_summary",
@@ -138,9 +139,15 @@ def context_window(model: str, windows: Mapping[str, int] = CONTEXT_WINDOWS) -> 
 
 
 def _matched_window(model: str, windows: Mapping[str, int]) -> int:
+    return known_context_window(model, windows) or DEFAULT_CONTEXT_WINDOW
+
+
+def known_context_window(model: str, windows: Mapping[str, int] = CONTEXT_WINDOWS) -> int | None:
+    """The model's context window when a prefix of ``windows`` matches its name (a
+    ``provider/`` prefix is ignored), else None."""
     name = model.strip().lower().rsplit("/", 1)[-1]
     matches = [prefix for prefix in windows if name.startswith(prefix)]
-    return windows[max(matches, key=len)] if matches else DEFAULT_CONTEXT_WINDOW
+    return windows[max(matches, key=len)] if matches else None
 
 
 @lru_cache(maxsize=256)

@@ -238,6 +238,18 @@ class RequestHeader(_Frozen):
     content_limit: int | None = Field(default=None, ge=1)
     """The most characters of one item's content the request shows: a longer item is cut
     (head and tail) with a marker naming its own offset, the whole record. None: no cut."""
+    layout: Literal[1, 2] = 1
+    """How items are laid out (``context.request``). 1, the first: the long protocol text and
+    a header line on every item. 2: a short protocol text, and the agent's own answers
+    without a header, so a model does not learn to begin its answers with one. Logged so
+    that requests recorded before layout 2 existed rebuild byte for byte."""
+    clock: Literal["tail", "date"] = "tail"
+    """Where the request's time goes. ``tail``: the whole time in a message after every item,
+    which keeps a provider's cached prompt (OpenAI, Anthropic) but sits between the question
+    and the answer. ``date``: the request's UTC date at the end of the system text, for a
+    server whose cache also keeps the tokens it generated (llama.cpp, vLLM, Ollama): a
+    tail there costs the re-evaluation of every previous answer; the date costs the cache
+    once a day."""
 
     @field_validator("system_prompt")
     @classmethod
@@ -266,6 +278,10 @@ class RequestHeader(_Frozen):
         data: dict[str, Any] = handler(self)
         if data.get("content_limit", 0) is None:
             data.pop("content_limit")
+        if data.get("layout") == 1:
+            data.pop("layout")
+        if data.get("clock") == "tail":
+            data.pop("clock")
         for name in ("session_prefix", "trusted_actor_types"):
             if not data.get(name):
                 data.pop(name, None)

@@ -59,7 +59,7 @@ from ..events import Envelope, Event
 from ..folds.fold import Fold
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
-from ..runtime.clients import ModelClient, developer_role_of
+from ..runtime.clients import ModelClient, clock_of, developer_role_of
 from ..wire import (
     ModelOutput,
     NeutralRequest,
@@ -342,6 +342,8 @@ class JournalModel(Model):
                 temperature=settings.temperature,
                 trusted_actor_types=trusted_extensions(),
                 developer_role=developer_role_of(self.client),
+                layout=2,
+                clock=clock_of(self.client),
             )
         except ValidationError as exc:
             raise RenderError(f"the request header cannot be recorded: {exc}") from exc
@@ -440,7 +442,7 @@ class JournalModel(Model):
         )
         return ModelResponse(
             output=_output(prepared.offset, response),
-            usage=_usage(output.usage),
+            usage=_usage(output.usage or CfUsage()),
             response_id=None,
         )
 

@@ -108,10 +108,10 @@ def _parts(message: NeutralMessage) -> list[dict[str, Any]]:
     return parts
 
 
-def parse_usage(usage: Any) -> Usage:
-    """The usage of a ``CompletionUsage`` (None: not reported, all zero)."""
+def parse_usage(usage: Any) -> Usage | None:
+    """The usage of a ``CompletionUsage`` (None when the server reported none)."""
     if usage is None:
-        return Usage()
+        return None
     prompt = getattr(usage, "prompt_tokens_details", None)
     completion = getattr(usage, "completion_tokens_details", None)
     return Usage(

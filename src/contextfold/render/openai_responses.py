@@ -106,10 +106,10 @@ def _parts(message: NeutralMessage) -> list[dict[str, Any]]:
     return parts
 
 
-def parse_usage(usage: Any) -> Usage:
-    """The usage of a ``ResponseUsage`` (None: not reported, all zero)."""
+def parse_usage(usage: Any) -> Usage | None:
+    """The usage of a ``ResponseUsage`` (None when the server reported none)."""
     if usage is None:
-        return Usage()
+        return None
     prompt = getattr(usage, "input_tokens_details", None)
     output = getattr(usage, "output_tokens_details", None)
     return Usage(

@@ -15,14 +15,16 @@ from __future__ import annotations
 import abc
 import importlib
 import inspect
+import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, cast
 from urllib.parse import urlsplit
 
 from .._aio import CancelWatch
+from ..context.compaction import check_context_window, known_context_window
 from ..errors import ConfigurationError, ModelError
 from ..render import anthropic, openai_chat, openai_responses
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, Transport, Usage
@@ -35,8 +37,15 @@ __all__ = [
     "OnDelta",
     "OpenAIChatModel",
     "OpenAIResponsesModel",
+    "clock_of",
+    "context_window_of",
     "developer_role_of",
 ]
+
+Clock = Literal["tail", "date"]
+"""Where a request states its time: see ``RequestHeader.clock``."""
+
+log = logging.getLogger(__name__)
 
 OnDelta = Callable[[str, str], Awaitable[None] | None]
 """Called with (kind, text) for each streamed fragment; kind is "text" or "reasoning"."""
@@ -47,7 +56,8 @@ class ModelClient(Protocol):
 
     ``complete`` raises ModelError when the provider fails (streaming included) and lets
     a cancellation through as it is. A client may also have ``developer_role`` (see
-    :func:`developer_role_of`): one without it gets its transport's default.
+    :func:`developer_role_of`) and ``clock`` (see :func:`clock_of`): one without them gets
+    its transport's default and the time tail.
     """
 
     transport: Transport
@@ -68,6 +78,43 @@ def developer_role_of(client: ModelClient) -> bool | None:
             f"{type(client).__name__}.developer_role must be True, False or None, got {role!r}"
         )
     return role
+
+
+def clock_of(client: ModelClient) -> Clock:
+    """Where requests to ``client`` state their time (``RequestHeader.clock``): ``"tail"``
+    unless the client says ``"date"`` (a server whose cache keeps what it generated)."""
+    clock = getattr(client, "clock", None)
+    if clock is None:
+        return "tail"
+    if clock not in ("tail", "date"):
+        raise ConfigurationError(
+            f"{type(client).__name__}.clock must be 'tail', 'date' or None, got {clock!r}"
+        )
+    return cast(Clock, clock)
+
+
+async def context_window_of(client: ModelClient) -> tuple[int | None, str]:
+    """The context window of ``client``'s model and where it comes from: the client's own
+    ``context_window`` (``"option"``); contextfold's table for a model it knows (None,
+    ``"table"``); else what the client's server reports (``"server"``, see
+    :meth:`_SDKModel.server_context_window`); else None, ``"unreported"`` when the server
+    was asked, ``"default"`` for a client without one (both: the default window)."""
+    window = getattr(client, "context_window", None)
+    if window is not None:
+        return check_context_window(window), "option"
+    if known_context_window(client.model) is not None:
+        return None, "table"
+    ask = getattr(client, "server_context_window", None)
+    if ask is None:
+        return None, "default"  # not a server's model (a function, the local model)
+    reported = await ask()
+    return (reported, "server") if reported is not None else (None, "unreported")
+
+
+def _check_clock(clock: Clock | None) -> Clock | None:
+    if clock is not None and clock not in ("tail", "date"):
+        raise ConfigurationError(f"clock must be 'tail', 'date' or None, got {clock!r}")
+    return clock
 
 
 class _DeltaFailed(Exception):
@@ -121,8 +168,10 @@ class FunctionModel:
         transport: Transport = "openai-chat",
         stream_chunk: int = 0,
         developer_role: bool | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.fn = fn
+        self.clock = _check_clock(clock)
         self.model = model
         self.transport: Transport = transport
         self.stream_chunk = stream_chunk
@@ -146,13 +195,43 @@ class FunctionModel:
         if self.stream_chunk and output.text:
             for i in range(0, len(output.text), self.stream_chunk):
                 await _emit(on_delta, "text", output.text[i : i + self.stream_chunk])
-        if output.usage == Usage():
+        if output.usage is None:
             # Deterministic usage: request bytes / 4, like the default token counter.
             usage = Usage(
                 input_tokens=len(rendered.body) // 4, output_tokens=len(output.text) // 4 + 1
             )
             output = replace(output, usage=usage)
         return output
+
+
+_UNASKED: Any = object()
+
+
+def _httpx() -> Any:
+    return importlib.import_module("httpx")
+
+
+def _positive(data: Any, *path: str) -> int | None:
+    """The positive int at ``path`` in nested JSON objects, else None."""
+    for name in path:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(name)
+    return data if isinstance(data, int) and not isinstance(data, bool) and data > 0 else None
+
+
+def _listed_window(listing: Any, model: str) -> int | None:
+    """The window of ``model`` (or of the only model) in an OpenAI-style model list."""
+    models = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(models, list):
+        return None
+    entries = [m for m in models if isinstance(m, dict)]
+    chosen = [m for m in entries if m.get("id") == model] or (entries if len(entries) == 1 else [])
+    for entry in chosen:
+        window = _positive(entry, "max_model_len") or _positive(entry, "meta", "n_ctx_train")
+        if window is not None:
+            return window
+    return None
 
 
 class _StreamReader(Protocol):
@@ -177,6 +256,8 @@ class _SDKModel(abc.ABC):
     transport: Transport
     developer_role: bool | None = None
     """The transport's default: Anthropic has no developer role."""
+    _vendor_host: str
+    """The domain of the vendor's own API."""
 
     def __init__(
         self,
@@ -185,9 +266,61 @@ class _SDKModel(abc.ABC):
         client: Any = None,
         base_url: str | None = None,
         api_key: str | None = None,
+        clock: Clock | None = None,
+        context_window: int | None = None,
     ):
         self.model = model
         self.client = client if client is not None else self._default_client(base_url, api_key)
+        self.context_window = check_context_window(context_window)
+        """The model's input limit in tokens, when the caller knows it (None: contextfold's
+        table for a model it knows, else the server's report, else the default)."""
+        # The vendor's own API caches prompts only: the time tail costs nothing there. Any
+        # other server (llama.cpp, vLLM, Ollama) may also keep what it generated, after a
+        # tail that the next request no longer has.
+        if clock is None:
+            clock = "tail" if self._vendor_own() else "date"
+        self.clock: Clock = _check_clock(clock) or "tail"
+        self._window_reported: int | None = _UNASKED
+
+    async def server_context_window(self) -> int | None:
+        """The context window the server reports for the model, or None when it reports none
+        (the vendor's own API never does). Asked once per client: llama.cpp's ``/props``
+        (the context size of one slot), then the ``/models`` list (vLLM's ``max_model_len``,
+        llama.cpp's trained context). A failure reads as no report."""
+        if self._window_reported is not _UNASKED:
+            return self._window_reported
+        window = None
+        if not self._vendor_own():
+            base = str(self.client.base_url).rstrip("/")
+            origin = "{0.scheme}://{0.netloc}".format(urlsplit(base))
+            props = await self._get_json(f"{origin}/props")
+            window = _positive(props, "default_generation_settings", "n_ctx")
+            if window is None:
+                window = _listed_window(await self._get_json(f"{base}/models"), self.model)
+            if window is None:
+                log.info("%s reported no context window for %r", base, self.model)
+        self._window_reported = window
+        return window
+
+    async def _get_json(self, url: str) -> Any:
+        """The JSON at ``url``, or None when there is none (any failure, said at debug)."""
+        try:
+            response = await self.client.get(
+                url, cast_to=_httpx().Response, options={"max_retries": 0}
+            )
+            return response.json()
+        except Exception as exc:
+            log.debug("GET %s: %s", url, exc)
+            return None
+
+    def _vendor_own(self) -> bool:
+        """Whether the client talks to the vendor's own API (a client without a base URL, a
+        test double, counts as the vendor's: nothing says otherwise)."""
+        base_url = getattr(self.client, "base_url", None)
+        if base_url is None:
+            return True
+        host = (urlsplit(str(base_url)).hostname or "").lower()
+        return host == self._vendor_host or host.endswith("." + self._vendor_host)
 
     async def complete(
         self, request: NeutralRequest, rendered: RenderedRequest, *, on_delta: OnDelta | None = None
@@ -264,26 +397,19 @@ def _openai_client(base_url: str | None, api_key: str | None) -> Any:
     return _import_sdk("openai", "OpenAI").AsyncOpenAI(base_url=base_url, api_key=api_key)
 
 
-def _openai_own(client: Any) -> bool:
-    """Whether ``client`` talks to OpenAI's own API (a client without a base URL, a test
-    double, counts as OpenAI's: nothing says otherwise)."""
-    base_url = getattr(client, "base_url", None)
-    if base_url is None:
-        return True
-    host = (urlsplit(str(base_url)).hostname or "").lower()
-    return host == "openai.com" or host.endswith(".openai.com")
-
-
 class _OpenAIModel(_SDKModel):
     """An OpenAI transport, on OpenAI's API or any server that speaks it (base_url).
 
     Only OpenAI's own API is known to take the ``developer`` role: a client pointed at
     another server (vLLM, Ollama, llama.cpp, whose chat templates may know no such role)
     sends trusted context as ``system`` unless ``developer_role=True`` confirms it has
-    one; ``developer_role=False`` sends ``system`` to OpenAI too.
+    one; ``developer_role=False`` sends ``system`` to OpenAI too. Such a client also states
+    each request's date in its system text, not its time in a tail (``clock``, see
+    ``RequestHeader.clock``), unless ``clock="tail"``.
     """
 
     _default_client = staticmethod(_openai_client)
+    _vendor_host = "openai.com"
 
     def __init__(
         self,
@@ -293,13 +419,22 @@ class _OpenAIModel(_SDKModel):
         base_url: str | None = None,
         api_key: str | None = None,
         developer_role: bool | None = None,
+        clock: Clock | None = None,
+        context_window: int | None = None,
     ):
-        super().__init__(model, client=client, base_url=base_url, api_key=api_key)
+        super().__init__(
+            model,
+            client=client,
+            base_url=base_url,
+            api_key=api_key,
+            clock=clock,
+            context_window=context_window,
+        )
         if developer_role is not None and not isinstance(developer_role, bool):
             raise ConfigurationError(
                 f"developer_role must be True, False or None, got {developer_role!r}"
             )
-        if developer_role is None and not _openai_own(self.client):
+        if developer_role is None and not self._vendor_own():
             developer_role = False
         # None on OpenAI's own API: the transport's default, as requests recorded before
         # this setting existed (their headers, and so their rebuilds, stay as they were).
@@ -372,9 +507,11 @@ class OpenAIResponsesModel(_OpenAIModel):
 
 
 class AnthropicModel(_SDKModel):
-    """Anthropic Messages."""
+    """Anthropic Messages (a server other than Anthropic's, by base_url, gets
+    ``clock="date"`` unless told otherwise, as :class:`OpenAIChatModel`)."""
 
     transport: Transport = "anthropic"
+    _vendor_host = "anthropic.com"
 
     @staticmethod
     def _default_client(base_url: str | None, api_key: str | None) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, Callable, Sequence
 from typing import Any, cast
 
 from .._aio import CancelWatch
-from ..context.compaction import check_context_window
+from ..context.compaction import DEFAULT_CONTEXT_WINDOW, check_context_window
 from ..context.events import ContextAdded
 from ..context.evidence import DEFAULT_CONTENT_LIMIT, check_content_limit
 from ..context.projection import AgentContext
@@ -27,7 +27,7 @@ from ..journal import Journal
 from ..render.prefix import SessionPrefix
 from ..wire import ToolCall
 from .carried import RequestDue, ToolsStarted, folded_ahead, seen_through
-from .clients import ModelClient
+from .clients import ModelClient, context_window_of
 from .events import AgentObserver, LoopCancelled, LoopHalted
 from .instance import RunReport, Status
 from .materializing import _position
@@ -64,8 +64,10 @@ class Agent(TurnSteps):
     a tool's own ``idempotent`` (True or False) overrides the policy for its calls.
 
     ``context_window`` is the model's input limit in tokens, compacted at
-    ``compaction_threshold`` of it; None takes the model's from ``context.compaction``'s
-    table (``MODEL_WINDOWS``, which says where each number comes from).
+    ``compaction_threshold`` of it; None takes the model client's own ``context_window``,
+    else the model's from ``context.compaction``'s table (``MODEL_WINDOWS``, which says where
+    each number comes from), else what the client's server reports (llama.cpp, vLLM), else
+    the table's default (logged as a warning, once).
 
     ``content_limit`` is the most characters of one tool output or item the model sees: a
     longer one is cut, with a ref to the whole record in the journal (``context.evidence``).
@@ -111,6 +113,7 @@ class Agent(TurnSteps):
         self.budgets = budgets or TurnBudgets()
         self.compaction_threshold = compaction_threshold
         self.context_window = check_context_window(context_window)
+        self._window_looked_up = context_window is not None
         self.observer = observer
         self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
         self.content_limit = content_limit
@@ -119,6 +122,24 @@ class Agent(TurnSteps):
         self._not_compactable: set[int] = set()
         self._cancel = CancelWatch()
         self._spans = LoopSpans(journal.namespace, stream, model.model, model.transport)
+
+    async def _look_up_window(self) -> None:
+        """The context window when none was given: the client's, the table's, the server's."""
+        window, source = await context_window_of(self.model)
+        self._window_looked_up = True
+        self.context_window = window
+        if source == "server":
+            log.info(
+                "%s: context window %s tokens, as the model's server reports", self.stream, window
+            )
+        elif source == "unreported":
+            log.warning(
+                "%s: the context window of model %r is unknown (not in contextfold's table, not "
+                "reported by its server): assuming %s tokens; give cf.Agent(context_window=...)",
+                self.stream,
+                self.model.model,
+                f"{DEFAULT_CONTEXT_WINDOW:,}",
+            )
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -133,6 +154,8 @@ class Agent(TurnSteps):
         spans = self._spans
         if spans is not None:
             spans.start_turn()
+        if not self._window_looked_up:
+            await self._look_up_window()
         self._carried = None
         left = max_steps
 

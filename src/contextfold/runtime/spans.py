@@ -135,7 +135,8 @@ class LoopSpans:
                 self._on_event(event)
             elif isinstance(event, ResponseRecorded):
                 usage = event.output.usage
-                tm.record_token_usage(usage, model=self.model, transport=self.transport)
+                if usage is not None:
+                    tm.record_token_usage(usage, model=self.model, transport=self.transport)
         except Exception as exc:  # pragma: no cover - an SDK bug must not stop the loop
             log.warning("telemetry: a span for %s failed: %s", event.kind, exc)
 
@@ -156,15 +157,17 @@ class LoopSpans:
                 span = self._requests.pop(offset, None)
                 if span is None:
                     return
+                usage = output.usage
                 attributes: dict[str, AttributeValue] = {
-                    **tm.usage_attributes(output.usage),
+                    **(tm.usage_attributes(usage) if usage is not None else {}),
                     tm.RESPONSE_FINISH_REASONS: (output.finish_reason,),
                     "contextfold.response.tool_calls": len(output.tool_calls),
                     "contextfold.response.deltas": self._deltas.pop(offset, 0),
                 }
                 span.set_attributes(attributes)
                 span.end()
-                tm.record_token_usage(output.usage, model=self.model, transport=self.transport)
+                if usage is not None:
+                    tm.record_token_usage(usage, model=self.model, transport=self.transport)
             case RequestFailed(offset=offset, error=error):
                 span = self._requests.pop(offset, None)
                 if span is not None:

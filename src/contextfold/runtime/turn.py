@@ -34,7 +34,7 @@ from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVe
 from ..events import Envelope, NewEvent, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
 from .carried import Carried, Planned, RequestDue, ToolsStarted, seen_through
-from .clients import developer_role_of
+from .clients import clock_of, developer_role_of
 from .compacting import CompactionSteps
 from .events import (
     DeltaReceived,
@@ -109,12 +109,12 @@ class TurnSteps(CompactionSteps):
         prefix = await self.prefix.get()
         # The registry is process state: the header records it so rebuilds agree.
         trusted = trusted_extensions()
-        developer = developer_role_of(self.model)
+        developer, clock = developer_role_of(self.model), clock_of(self.model)
         # repr: -0.0 == 0.0 and 1 == 1.0, but their bytes differ.
         made_of = (
             prefix,
             trusted,
-            (self.model.transport, self.model.model, developer),
+            (self.model.transport, self.model.model, developer, clock),
             self.toolbox.definitions,
             self.max_tokens,
             repr(self.temperature),
@@ -135,6 +135,8 @@ class TurnSteps(CompactionSteps):
             stream=self.stream_responses,
             content_limit=self.content_limit,
             developer_role=developer,
+            layout=2,
+            clock=clock,
         )
         self._header_made = (made_of, header)
         return header

@@ -235,8 +235,9 @@ class StepFinishPart(_PartBase):
     """ISO-8601 time the step finished."""
     reason: str
     """Why the step ended (``"stop"``, ``"tool-calls"``, ``"length"``…)."""
-    usage: Usage = Field(default_factory=Usage)
-    """Tokens the step used, as the model call reported them (``contextfold.wire.Usage``)."""
+    usage: Usage | None = Field(default_factory=Usage)
+    """Tokens the step used, as the model call reported them (``contextfold.wire.Usage``);
+    None when the model's server reported none."""
     cost: float = Field(default=0.0, ge=0)
     """What the step cost, in US dollars."""
     snapshot: str | None = None

@@ -178,7 +178,8 @@ class StepFinished(StreamEvent, type=_NS + "step-finish"):
     part_id: str = Field(min_length=1)
     time: str
     reason: str
-    usage: Usage = Field(default_factory=Usage)
+    usage: Usage | None = Field(default_factory=Usage)
+    """None: the model's server reported none."""
     cost: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     snapshot: str | None = None
 
