@@ -16,10 +16,9 @@ most 48 tokens at temperature 0, and its context cut from about turn 15:
 - ``openai-agents-limit``: the OpenAI Agents SDK's Runner with its ``SQLiteSession`` and a
   session limit of 28 items (the newest 14 turns);
 - ``langgraph-trim``: a LangGraph graph whose model node calls LangChain's ``ChatOpenAI`` on
-  ``trim_messages`` of the history (newest messages within the token budget, starting on a
-  human message);
+  ``trim_messages`` of the history (the newest 28 messages, starting on a human message);
 - ``langchain-summarization``: LangChain v1's ``create_agent`` with its
-  ``SummarizationMiddleware`` (triggered at the same token budget, keeping 20 messages).
+  ``SummarizationMiddleware`` (at 30 messages, keeping the newest 20).
 
 The OpenAI Agents SDK's ``OpenAIResponsesCompactionSession`` needs OpenAI's
 ``/responses/compact`` endpoint, which no local server has: it is not run.
@@ -51,11 +50,13 @@ from tests.llamaserver import LlamaServer
 SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly."
 MAX_TOKENS = 48
 KEEP_ITEMS = 28
-"""The peers keep the newest 14 turns (28 messages): they start cutting at turn 15."""
-TRIM_TOKENS = 900
-"""The peers' token budget for the history (LangGraph's trim, LangChain's summary trigger)."""
-WINDOW = 2_600
-"""contextfold's window: compaction at half of it, about turn 15 of this conversation."""
+"""The peers keep the newest 14 turns (28 messages): they start cutting at turn 15 (the SDK's
+session limit, LangGraph's trim by message count, LangChain's summary at 30 messages keeping
+20)."""
+WINDOW = 1_600
+"""contextfold's window: compaction at half of it, first at about turn 15 of this
+conversation, as the peers start cutting (its first request is about 220 tokens, and each
+turn adds about 40: the question, its header and the answer)."""
 HEADER_LINE = re.compile(r"^\s*@[0-9]")
 TOPICS = (
     "the moon",
@@ -113,19 +114,22 @@ async def run_contextfold(server: LlamaServer, turns: list[str]) -> list[str]:
             journal, stream, model, max_tokens=MAX_TOKENS, temperature=0.0, context_window=WINDOW
         )
         await journal.append(stream, cf.system_prompt(SYSTEM_PROMPT))
-        for text in turns:
+        compacted_at = []
+        for turn, text in enumerate(turns, 1):
             await journal.append(
                 stream, cf.ContextAdded(role="user", actor=cf.Actor(type="user"), content=text)
             )
             report = await agent.run_until_idle()
             if report.status != "idle":
                 raise RuntimeError(f"contextfold: {report.status} ({report.reason})")
-        answers = [
-            cast(LlmResponse, stored.decode(LlmResponse)).text
+            if report.compactions:
+                compacted_at.append(turn)
+        responses = [
+            cast(LlmResponse, stored.decode(LlmResponse))
             async for stored in journal.read_all(stream, types=[LlmResponse])
         ]
-        context = await journal.fold(cf.AgentContext, stream)
-        print(f"  contextfold: history compacted through @{context.compacted_through}")
+        answers = [response.text for response in responses]
+        print(f"  contextfold: {len(responses)} answers, compacted at turns {compacted_at}")
     await model.client.close()
     return answers
 
@@ -181,8 +185,8 @@ async def run_langgraph_trim(server: LlamaServer, turns: list[str]) -> list[str]
     async def call_model(state: MessagesState) -> dict[str, Any]:
         kept = trim_messages(
             state["messages"],
-            max_tokens=TRIM_TOKENS,
-            token_counter="approximate",
+            max_tokens=KEEP_ITEMS,
+            token_counter=len,  # counts messages
             strategy="last",
             start_on="human",
         )
@@ -213,7 +217,9 @@ async def run_langchain_summarization(server: LlamaServer, turns: list[str]) -> 
         tools=[],
         system_prompt=SYSTEM_PROMPT,
         middleware=[
-            SummarizationMiddleware(model, trigger=("tokens", TRIM_TOKENS), keep=("messages", 20))
+            SummarizationMiddleware(
+                model, trigger=("messages", KEEP_ITEMS + 2), keep=("messages", 20)
+            )
         ],
         checkpointer=InMemorySaver(),
     )

@@ -7,13 +7,17 @@ Usage::
 
 The binary and the model come from ``.ci/local-model`` (built once into a cache outside the
 repository): ``CONTEXTFOLD_LLAMA_SERVER`` and ``CONTEXTFOLD_LLAMA_MODEL`` override their paths.
-One slot, a fixed seed and a context of ``ctx_size`` tokens: what the suite asserts is the
-structure of answers (transports, usage, cached tokens, compaction, rebuilds), never their text.
+One slot, one thread (llama.cpp's threads spin while they wait: two of them beside a busy
+test process, or another server, slowed answers from a second to a minute), a fixed seed and a
+context of ``ctx_size`` tokens: what the suite asserts is the structure of answers
+(transports, usage, cached tokens, compaction, rebuilds), never their text.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -60,6 +64,14 @@ def find_local_model() -> tuple[Path, Path]:
     return Path(server), Path(model)
 
 
+def _die_with_parent() -> None:
+    """In the server's process before it starts: on Linux, ask for SIGTERM when the process
+    that started it dies (a killed test run leaves no server spinning on the CPU)."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -71,7 +83,7 @@ class LlamaServer:
     """A llama.cpp server process on a free loopback port, stopped on exit."""
 
     def __init__(
-        self, *, ctx_size: int = 4096, threads: int = 2, start_timeout: float = 120
+        self, *, ctx_size: int = 4096, threads: int = 1, start_timeout: float = 120
     ) -> None:
         self.binary, self.model_path = find_local_model()
         self.ctx_size = ctx_size
@@ -120,7 +132,9 @@ class LlamaServer:
             "--no-webui",
             "--metrics",
         ]  # fmt: skip
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self._process = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:

@@ -31,6 +31,8 @@ QUESTIONS = (
     "Name a colour of the sky.",
     "What is the capital of France?",
     "Say hello in one word.",
+    "What is 10 minus 4?",
+    "Name a fruit.",
 )
 
 

@@ -249,7 +249,8 @@ def test_every_provider_maps_usage_to_the_same_meaning(
     assert expected.uncached_input_tokens == uncached
 
 
-def test_unreported_usage_is_zero_with_no_breakdowns() -> None:
-    assert openai_chat.parse_usage(None) == Usage()
-    assert openai_responses.parse_usage(None) == Usage()
-    assert anthropic.parse_usage([]) == Usage()
+def test_unreported_usage_is_recorded_as_unreported_not_as_zero() -> None:
+    assert openai_chat.parse_usage(None) is None
+    assert openai_responses.parse_usage(None) is None
+    assert anthropic.parse_usage([]) is None
+    assert anthropic.parse_usage([None]) is None

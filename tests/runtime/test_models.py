@@ -349,7 +349,7 @@ def usage_of(name: str, data: Any) -> cf.Usage:
             if isinstance(event["data"], dict) and event["event"] != "ping":
                 reader.feed(TypeAdapter(event_type).validate_python(event["data"]))
         output = reader.result()
-    assert isinstance(output, ModelOutput)
+    assert isinstance(output, ModelOutput) and output.usage is not None
     return output.usage
 
 

@@ -220,11 +220,14 @@ def _emit(block: _Block) -> dict[str, Any]:
 _PROMPT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
 
-def parse_usage(reports: Iterable[Any]) -> Usage:
-    """The usage of one answer from its reports in order (a ``Usage``; in a stream, the
-    ``message_start`` one then ``message_delta`` ones). Later reports are cumulative: each
-    field takes the last value given."""
+def parse_usage(reports: Iterable[Any]) -> Usage | None:
+    """The usage of one answer from its reports in order (in a stream, the ``message_start``
+    one then ``message_delta`` ones); None when there is none. Later reports are cumulative:
+    each field takes the last value given."""
     fields: dict[str, Any] = dict.fromkeys((*_PROMPT, "output_tokens", "thinking_tokens"))
+    reports = [report for report in reports if report is not None]
+    if not reports:
+        return None
     for report in reports:
         for name in (*_PROMPT, "output_tokens"):
             value = getattr(report, name, None)
