@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time as _time
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -75,20 +74,6 @@ _make = tuple.__new__
 def utc_now() -> datetime:
     """The journal's default clock: the current time in UTC."""
     return datetime.now(UTC)
-
-
-# The last whole second _utc_now_text wrote and its text, one tuple: threads read a pair.
-_SECOND: list[tuple[int | None, str]] = [(None, "")]
-
-
-def _utc_now_text() -> str:
-    """``utc_now().isoformat()``: the date and time of day formatted once per second (an
-    aware datetime's isoformat costs several times an encoded event's own bookkeeping)."""
-    second, micro = divmod(_time.time_ns() // 1000, 1_000_000)  # floored, as datetime.now
-    last = _SECOND[0]
-    if last[0] != second:
-        last = _SECOND[0] = (second, datetime.fromtimestamp(second, UTC).isoformat()[:19])
-    return f"{last[1]}.{micro:06d}+00:00" if micro else f"{last[1]}+00:00"
 
 
 def _surrogate_in(text: str) -> int | None:
@@ -344,28 +329,6 @@ def check_channels(channels: Iterable[object]) -> tuple[str, ...]:
     return tuple(checked)
 
 
-_CHECKED_CHANNELS: dict[tuple[str, ...], None] = {}  # tuples of str that passed check_channels
-# The same, by id: a caller's tuple that passed is usually passed again (a default argument).
-# Each is kept as its value, so its id names no other object while it is here.
-_CHECKED_BY_ID: dict[int, tuple[str, ...]] = {}
-_JUST_STR = frozenset({str})
-
-
-def _checked_channels(channels: Sequence[str]) -> tuple[str, ...]:
-    """check_channels, remembered for tuples of exact str (an append's usual form)."""
-    if type(channels) is tuple and _JUST_STR.issuperset(map(type, channels)):
-        if channels in _CHECKED_CHANNELS:
-            if len(_CHECKED_BY_ID) < 256:
-                _CHECKED_BY_ID[id(channels)] = channels
-            return channels
-        checked = check_channels(channels)
-        if len(_CHECKED_CHANNELS) < 256:
-            _CHECKED_CHANNELS[checked] = None
-            _CHECKED_BY_ID[id(checked)] = checked
-        return checked
-    return check_channels(channels)
-
-
 def check_prefix(prefix: object) -> str | None:
     """Return ``prefix`` (a stream-name prefix; None for all) or raise InvalidInputError."""
     if prefix is None:
@@ -476,9 +439,7 @@ def encode_events(
         check_meta("actor", actor)
     if idempotency_key is not None:
         check_meta("idempotency_key", idempotency_key, empty=False)
-    chans = _CHECKED_BY_ID.get(id(channels))
-    if chans is None or chans is not channels:
-        chans = _checked_channels(channels)
+    chans = check_channels(channels)
     time: str | None = None
     prepared: list[NewEvent] = []
     for index, event in enumerate(events):
@@ -492,7 +453,7 @@ def encode_events(
             prepared.append(_encoded(index, event, max_payload_bytes, idempotency_key))
             continue
         if time is None:  # one reading for the batch, as it encodes its first event
-            time = _utc_now_text() if clock is utc_now else clock().isoformat()
+            time = clock().isoformat()
         if type(event) is RawEvent:
             type_name = event.type
             if not isinstance(type_name, str) or not TYPE_NAME.match(type_name):
@@ -587,7 +548,7 @@ def _encoded(
     check_label(f"{where}: meta.time", meta.time, empty=False, optional=False)
     check_meta(f"{where}: meta.run_id", meta.run_id)
     check_meta(f"{where}: meta.actor", meta.actor)
-    channels = _checked_channels(meta.channels)
+    channels = check_channels(meta.channels)
     return NewEvent(
         type_name, data, meta._replace(idempotency_key=idempotency_key, channels=channels)
     )
