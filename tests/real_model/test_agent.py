@@ -33,6 +33,8 @@ QUESTIONS = (
     "Say hello in one word.",
     "What is 10 minus 4?",
     "Name a fruit.",
+    "How many days are in a week?",
+    "Name an animal that can fly.",
 )
 
 
@@ -56,6 +58,19 @@ async def converse(agent: Agent, journal: Journal, questions: tuple[str, ...]) -
         await journal.append(STREAM, user(question))
         report = await agent.run_until_idle()
         assert report.status == "idle", report.reason
+
+
+async def chat(
+    server: LlamaServer, journal: Journal, questions: tuple[str, ...], **options: Any
+) -> Agent:
+    """The agent of a Chat Completions conversation of ``questions`` (at temperature 0), held."""
+    model = client_for("openai-chat", server)
+    agent = Agent(journal, STREAM, model, temperature=0.0, **options)
+    try:
+        await converse(agent, journal, questions)
+    finally:
+        await model.client.close()
+    return agent
 
 
 async def responses(journal: Journal) -> list[LlmResponse]:
@@ -114,12 +129,7 @@ def _message_texts(body: dict[str, Any]) -> list[str]:
 async def test_the_agents_own_answers_go_back_without_headers(
     llama_server: LlamaServer, journal: Journal
 ) -> None:
-    model = client_for("openai-chat", llama_server)
-    agent = Agent(journal, STREAM, model, max_tokens=32, temperature=0.0)
-    try:
-        await converse(agent, journal, QUESTIONS[:3])
-    finally:
-        await model.client.close()
+    await chat(llama_server, journal, QUESTIONS[:3], max_tokens=32)
     offsets = await requests_of(journal, STREAM)
     body = orjson.loads((await rebuild_request(journal, STREAM, offsets[-1])).body)
     assistant = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
@@ -130,17 +140,13 @@ async def test_the_agents_own_answers_go_back_without_headers(
     assert all(parse_item_header(text) is not None for text in users)
 
 
-async def test_the_window_comes_from_the_server_and_compaction_runs_on_real_usage(
+async def test_a_compaction_runs_on_the_real_usage_and_every_request_rebuilds(
     llama_server: LlamaServer, journal: Journal
 ) -> None:
-    model = client_for("openai-chat", llama_server)
-    assert await model.server_context_window() == llama_server.ctx_size
-    # Half of a 700-token window: the protocol text, the prompt and two turns cross it.
-    agent = Agent(journal, STREAM, model, max_tokens=48, temperature=0.0, context_window=700)
-    try:
-        await converse(agent, journal, QUESTIONS)
-    finally:
-        await model.client.close()
+    # Half of an 800-token window: the first request is about 220 tokens and a turn adds 30
+    # to 70, so a few turns cross it; what a compaction keeps (the protocol text, the prompt,
+    # a summary and an answer of at most 48 tokens each, the question) stays under it.
+    await chat(llama_server, journal, QUESTIONS, max_tokens=48, context_window=800)
     answers = await responses(journal)
     summaries = [
         event for _, event in await events_of(journal, STREAM, ContextAdded) if event.compaction
@@ -157,11 +163,9 @@ async def test_an_unknown_models_window_is_the_servers(
     llama_server: LlamaServer, journal: Journal
 ) -> None:
     model = client_for("openai-chat", llama_server)
-    agent = Agent(journal, STREAM, model, max_tokens=8, temperature=0.0)
-    try:
-        await converse(agent, journal, QUESTIONS[:1])
-    finally:
-        await model.client.close()
+    assert await model.server_context_window() == llama_server.ctx_size
+    await model.client.close()
+    agent = await chat(llama_server, journal, QUESTIONS[:1], max_tokens=8)
     assert agent.context_window == llama_server.ctx_size
 
 

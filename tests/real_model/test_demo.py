@@ -23,7 +23,7 @@ async def test_the_demo_runs_on_a_local_server_and_compacts_in_its_window(
         **os.environ,
         "OPENAI_BASE_URL": llama_server.openai_url,
         "CONTEXTFOLD_OPENAI_MODEL": llama_server.model,
-        "CONTEXTFOLD_CONTEXT_WINDOW": "1200",
+        "CONTEXTFOLD_CONTEXT_WINDOW": "4096",
     }
     for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
         env.pop(name, None)
@@ -45,5 +45,5 @@ async def test_the_demo_runs_on_a_local_server_and_compacts_in_its_window(
             async for stored in journal.read_all(stream, types=[ContextAdded])
             if stored.decode(ContextAdded).compaction is not None  # type: ignore[attr-defined]
         ]
-        assert answers and summaries, "the demo compacted inside the 1,200-token window"
+        assert answers and summaries, "the demo compacted inside the 4,096-token window"
         assert await verify_requests(journal, stream) == ()
