@@ -312,6 +312,16 @@ class Journal:
         store = self.store if self._shared.ready else await self._ready()
         return await store.latest(self.namespace, stream, names, before=before, limit=limit)
 
+    async def latest_at_head(
+        self, stream: str, types: Sequence[str | type[Event]]
+    ) -> tuple[int, str | None, StoredEvent | None] | None:
+        """The stream's version, head and newest event of ``types``, read together in one
+        snapshot when the store can (PostgreSQL), else None: read them one by one."""
+        check_stored_stream(stream)
+        names = check_types(types) or ()
+        store = self.store if self._shared.ready else await self._ready()
+        return await store.latest_at_head(self.namespace, stream, names)
+
     async def head(self, stream: str) -> str | None:
         """The cursor of the stream's newest event (None when empty)."""
         check_stored_stream(stream)

@@ -27,7 +27,7 @@ import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Literal, TypeGuard
+from typing import Literal
 
 from ..errors import (
     ConfigurationError,
@@ -38,13 +38,10 @@ from ..errors import (
 )
 from ..events import StoredEvent
 from ..journal import Journal
-from ..journal.encode import Clock, check_stream
-from ..store.base import MAX_LIMIT, Store
+from ..journal.encode import Clock
+from ..store.base import MAX_LIMIT
 from .fence import FencedJournal, LeaseState, StreamLease, StreamLeased, decode_lease
 from .scheduling import AGENT
-
-if TYPE_CHECKING:
-    from ..store.postgres import PostgresStore
 
 __all__ = [
     "LEASE_TTL",
@@ -162,15 +159,6 @@ def _record(stream: str, found: StoredEvent | None) -> LeaseRecord | None:
     )
 
 
-def _looks(store: Store) -> TypeGuard[PostgresStore]:
-    """Whether the store reads a stream's version, head and lease in one statement."""
-    try:
-        from ..store.postgres import PostgresStore
-    except ImportError:  # the postgres extra is not installed: no PostgreSQL journal
-        return False
-    return isinstance(store, PostgresStore)
-
-
 @dataclass(frozen=True, slots=True)
 class LeaseView:
     """A stream's lease as of a version: what a claim lands at (:func:`view_lease`)."""
@@ -207,11 +195,9 @@ async def view_lease(journal: Journal, stream: str, *, version: int | None = Non
     again meanwhile has another head, whatever its version (a settled view, which nothing
     claims, skips it: a claim from it reads it then). On PostgreSQL one statement reads
     the version, the head and the lease together (``version`` is not needed)."""
-    store = journal.store
-    if _looks(store):
-        check_stream(stream)
-        await journal._ready()
-        version, head, found = await store.latest_at_head(journal.namespace, stream, _LEASED)
+    together = await journal.latest_at_head(stream, _LEASED)
+    if together is not None:
+        version, head, found = together
         return LeaseView(version, _record(stream, found), head)
     if version is None:
         version = await journal.version(stream)

@@ -220,6 +220,14 @@ class Store(abc.ABC):
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         """Whether ``cursor`` names an event of this stream (a cursor the store recognises)."""
 
+    async def latest_at_head(
+        self, namespace: str, stream: str, types: Sequence[str]
+    ) -> tuple[int, str | None, StoredEvent | None] | None:
+        """The stream's version, its head (None when empty) and its newest event of ``types``
+        (None when it has none), read in one snapshot so the three agree; None when the
+        store cannot read them together (this default: the caller reads them one by one)."""
+        return None
+
     async def head(self, namespace: str, stream: str) -> str | None:
         """The cursor of the stream's newest event (None for an empty stream): a read or a
         tail after it sees only what is appended from now on.

@@ -345,9 +345,8 @@ class PostgresStore(Store):
     async def latest_at_head(
         self, namespace: str, stream: str, types: Sequence[str]
     ) -> tuple[int, str | None, StoredEvent | None]:
-        """The stream's version, its head (None when empty) and its newest event of
-        ``types`` (None when it has none), from one statement: one snapshot, so the three
-        agree (the head tells a history made again at the same version from the old one)."""
+        """One statement: one snapshot, so the three agree (the head tells a history made
+        again at the same version from the old one)."""
         args = {"ns": namespace, "s": stream, "types": list(types)}
         async with self._connection(f"reading stream {stream!r}") as conn:
             cur = await conn.cursor(binary=True).execute(_LOOK, args)
