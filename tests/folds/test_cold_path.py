@@ -308,6 +308,23 @@ async def test_the_older_generations_wait_over_every_page_and_store_read_of_a_co
         await journal.close()
 
 
+async def test_a_journal_told_to_leave_the_collector_alone_reads_with_it_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("contextfold.folds.reader.PAGE", 3)
+    store = _GatedStore()
+    journal = cf.Journal(store, young_collections=False)
+    try:
+        await journal.append("s", [Counted(n=i) for i in range(10)])
+        state = await journal.fold(COUNTS, "s")
+        assert [n for n, _, _ in state] == list(range(10))
+        pages = [waiting for stream, waiting in store.collector if stream == "s"]
+        assert len(pages) >= 4 and not any(pages)  # the thresholds as the host set them
+        assert gc.get_threshold() == THRESHOLDS
+    finally:
+        await journal.close()
+
+
 async def test_concurrent_cold_reads_share_one_pause_that_ends_with_the_last() -> None:
     store = _GatedStore()
     store.gated.add("slow")

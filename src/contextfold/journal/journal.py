@@ -98,6 +98,7 @@ class Journal:
         clock: Clock = utc_now,
         ids: IdFactory = new_event_id,
         fold_cache: FoldCache | None = None,
+        young_collections: bool = True,
         _shared: _Shared | None = None,
     ) -> None:
         self.store = store
@@ -105,7 +106,10 @@ class Journal:
         self.max_payload_bytes = check_max_payload_bytes(max_payload_bytes)
         self.clock = clock
         self.ids = ids
-        self._shared = _shared if _shared is not None else _Shared(FoldReader(store, fold_cache))
+        if _shared is None:
+            reader = FoldReader(store, fold_cache, young_collections=young_collections)
+            _shared = _Shared(reader)
+        self._shared = _shared
 
     @property
     def url(self) -> str:
@@ -521,12 +525,16 @@ def open_journal(
     clock: Clock = utc_now,
     ids: IdFactory = new_event_id,
     fold_cache: FoldCache | None = None,
+    young_collections: bool = True,
     **store_options: Any,
 ) -> Journal:
     """Open the async journal at ``url``. The store connects on first use.
 
-    ``store_options`` go to the store (``synchronous`` for SQLite, ``min_size`` for
-    PostgreSQL, …). Raises InvalidInputError for an unknown URL or a bad option.
+    ``young_collections``: whether a fold's catch-up keeps Python's garbage collector to its
+    youngest generation while it reads (the default; see ``folds.reader``), which a host
+    that tunes its own collector may turn off. ``store_options`` go to the store
+    (``synchronous`` for SQLite, ``min_size`` for PostgreSQL, …). Raises InvalidInputError
+    for an unknown URL or a bad option.
     """
     return Journal(
         open_store(url, **store_options),
@@ -535,4 +543,5 @@ def open_journal(
         clock=clock,
         ids=ids,
         fold_cache=fold_cache,
+        young_collections=young_collections,
     )
