@@ -182,6 +182,11 @@ class SyncJournal:
     ) -> tuple[StoredEvent, ...]:
         return self._call(self.journal.latest(stream, types, before=before, limit=limit))
 
+    def latest_at_head(
+        self, stream: str, types: Sequence[str | type[Event]]
+    ) -> tuple[int, str | None, StoredEvent | None] | None:
+        return self._call(self.journal.latest_at_head(stream, types))
+
     def head(self, stream: str) -> str | None:
         return self._call(self.journal.head(stream))
 
@@ -310,6 +315,7 @@ def open_journal_sync(
     clock: Clock = utc_now,
     ids: IdFactory = new_event_id,
     fold_cache: FoldCache | None = None,
+    young_collections: bool = True,
     **store_options: Any,
 ) -> SyncJournal:
     """Open the blocking journal at ``url`` (see :func:`~contextfold.open_journal`)."""
@@ -321,6 +327,7 @@ def open_journal_sync(
             clock=clock,
             ids=ids,
             fold_cache=fold_cache,
+            young_collections=young_collections,
             **store_options,
         )
     )
