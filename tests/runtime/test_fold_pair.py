@@ -51,7 +51,7 @@ async def test_both_states_are_those_of_the_same_head(journal: Journal) -> None:
     await journal.fold(AgentContext, STREAM)  # cached, then moved past by another writer
     other = Journal(journal.store)
     await other.append(STREAM, cf.ContextAdded(role="user", content="hello"))
-    context, sched = await journal._folds_at_one_head(AgentContext, Scheduler, STREAM)
+    context, sched = await journal.fold_pair(AgentContext, Scheduler, STREAM)
     assert context == await other.fold(AgentContext, STREAM)
     assert sched == await other.fold(Scheduler, STREAM)
     assert context.history[-1].content == "hello"

@@ -438,13 +438,11 @@ class Journal:
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 
-    async def _folds_at_one_head(
-        self, first: FoldBase[S], second: FoldBase[T], stream: str
-    ) -> tuple[S, T]:
+    async def fold_pair(self, first: FoldBase[S], second: FoldBase[T], stream: str) -> tuple[S, T]:
         """``(fold(first, stream), fold(second, stream))`` as of one look at the stream's head:
         both states through the same event, with one head check for the two instead of one
         each (an agent reads its context and its scheduler together). Not for run-scoped
-        folds."""
+        folds: raises as :meth:`fold` would for an unknown stream name."""
         check_stored_stream(stream)
         store = self.store if self._shared.ready else await self._ready()
         head = await store.head(self.namespace, stream)

@@ -239,6 +239,9 @@ class SyncJournal:
     def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
         return self._call(self.journal.fold(fold, stream, run_id=run_id))
 
+    def fold_pair(self, first: FoldBase[S], second: FoldBase[T], stream: str) -> tuple[S, T]:
+        return self._call(self.journal.fold_pair(first, second, stream))
+
     def end_run(self, stream: str, run_id: str) -> None:
         # On the loop: the fold cache is only ever touched from the loop's thread.
         self._call(_run(self.journal.end_run, stream, run_id))

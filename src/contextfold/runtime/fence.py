@@ -506,12 +506,10 @@ class FencedJournal(Journal):
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 
-    async def _folds_at_one_head(
-        self, first: FoldBase[S], second: FoldBase[T], stream: str
-    ) -> tuple[S, T]:
+    async def fold_pair(self, first: FoldBase[S], second: FoldBase[T], stream: str) -> tuple[S, T]:
         if stream == self.lease.stream and self.lease.known is not None:
             return await self.fold(first, stream), await self.fold(second, stream)  # no read
-        return await super()._folds_at_one_head(first, second, stream)
+        return await super().fold_pair(first, second, stream)
 
     async def append(
         self,

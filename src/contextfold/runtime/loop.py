@@ -193,9 +193,7 @@ class Agent(TurnSteps):
                         continue
                     left += 1  # the stream moved on (the held result is appended): look again
                 known = self._version_seen  # the states hold everything through it
-                context, sched = await self.journal._folds_at_one_head(
-                    AgentContext, Scheduler, self.stream
-                )
+                context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
                 self._cancel.check()
                 left -= 1
                 if await self._catch_up_compaction(context, sched, report):
@@ -203,7 +201,7 @@ class Agent(TurnSteps):
                     continue
                 if await self._materialize_if_due(context):  # its events come first now
                     known = self._version_seen
-                    context, sched = await self.journal._folds_at_one_head(
+                    context, sched = await self.journal.fold_pair(
                         AgentContext, Scheduler, self.stream
                     )
                 decision = decide(sched, context, self.budgets)
@@ -307,7 +305,7 @@ class Agent(TurnSteps):
         """The next step from the journal and ``held`` folded ahead, when it is a request
         the held result can go out with (nothing else comes first); else None."""
         known = self._version_seen  # the states hold everything through it
-        context, sched = await self.journal._folds_at_one_head(AgentContext, Scheduler, self.stream)
+        context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
         version = max(known, seen_through(context))
         first = version + 1
         context = folded_ahead(AgentContext, context, held.events, self.stream, first)
