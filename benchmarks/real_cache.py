@@ -176,7 +176,7 @@ def _chat_model(server: LlamaServer) -> Any:
 
 
 async def run_langgraph_trim(server: LlamaServer, turns: list[str]) -> list[str]:
-    from langchain_core.messages import HumanMessage, SystemMessage, trim_messages
+    from langchain_core.messages import SystemMessage, trim_messages
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import START, MessagesState, StateGraph
 
@@ -196,19 +196,12 @@ async def run_langgraph_trim(server: LlamaServer, turns: list[str]) -> list[str]
     builder = StateGraph(MessagesState)
     builder.add_node("model", call_model)
     builder.add_edge(START, "model")
-    graph = builder.compile(checkpointer=InMemorySaver())
-    config: Any = {"configurable": {"thread_id": "bench"}}
-    answers = []
-    for text in turns:
-        state = await graph.ainvoke({"messages": [HumanMessage(text)]}, config)
-        answers.append(str(state["messages"][-1].content))
-    return answers
+    return await _converse(builder.compile(checkpointer=InMemorySaver()), turns)
 
 
 async def run_langchain_summarization(server: LlamaServer, turns: list[str]) -> list[str]:
     from langchain.agents import create_agent
     from langchain.agents.middleware import SummarizationMiddleware
-    from langchain_core.messages import HumanMessage
     from langgraph.checkpoint.memory import InMemorySaver
 
     model = _chat_model(server)
@@ -223,10 +216,18 @@ async def run_langchain_summarization(server: LlamaServer, turns: list[str]) -> 
         ],
         checkpointer=InMemorySaver(),
     )
+    return await _converse(agent, turns)
+
+
+async def _converse(graph: Any, turns: list[str]) -> list[str]:
+    """Each of ``turns`` as a human message to a compiled LangGraph graph on one thread; the
+    text of the last message after each (the answer)."""
+    from langchain_core.messages import HumanMessage
+
     config: Any = {"configurable": {"thread_id": "bench"}}
     answers = []
     for text in turns:
-        state = await agent.ainvoke({"messages": [HumanMessage(text)]}, config)
+        state = await graph.ainvoke({"messages": [HumanMessage(text)]}, config)
         answers.append(str(state["messages"][-1].content))
     return answers
 
