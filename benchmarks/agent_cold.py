@@ -93,7 +93,7 @@ async def build(url: str, n: int) -> None:
 
 def _agent(journal: cf.Journal) -> cf.Agent:
     agent = cf.Agent(journal, STREAM, LocalModel())
-    agent.materialize_every = 500
+    agent.settings.materialize_every = 500
     return agent
 
 

@@ -166,7 +166,7 @@ async def test_an_unknown_models_window_is_the_servers(
     assert await model.server_context_window() == llama_server.ctx_size
     await model.client.close()
     agent = await chat(llama_server, journal, QUESTIONS[:1], max_tokens=8)
-    assert agent.context_window == llama_server.ctx_size
+    assert agent.settings.context_window == llama_server.ctx_size
 
 
 async def test_a_stream_without_a_usage_chunk_is_recorded_as_unreported(

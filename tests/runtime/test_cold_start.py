@@ -62,7 +62,7 @@ def _agent(journal: Journal) -> Agent:
     agent = Agent(
         journal, STREAM, LocalModel(), tools=[search_files, read_file], context_window=WINDOW
     )
-    agent.materialize_every = 15
+    agent.settings.materialize_every = 15
     return agent
 
 
@@ -116,12 +116,12 @@ async def test_the_agent_materializes_only_when_due(tmp_path: Path) -> None:
     async with Journal(SQLiteStore(tmp_path / "a.db")) as journal:
         await journal.append(STREAM, system_prompt("You answer."))
         agent = _agent(journal)
-        agent.materialize_every = 10_000
+        agent.settings.materialize_every = 10_000
         for n in range(3):
             await journal.append(STREAM, user(f"Where is thing_{n}?"))
             await agent.run_until_idle()
         assert await journal.latest(STREAM, [ContextMaterialized]) == ()
-        agent.materialize_every = 30
+        agent.settings.materialize_every = 30
         for n in range(8):
             await journal.append(STREAM, user(f"Where is other_{n}?"))
             await agent.run_until_idle()
@@ -139,7 +139,7 @@ async def test_chunks_fit_the_payload_limit_or_are_left_out(
     async with Journal(SQLiteStore(tmp_path / "a.db"), max_payload_bytes=8_192) as journal:
         await journal.append(STREAM, system_prompt("You answer."))
         agent = Agent(journal, STREAM, LocalModel(), context_window=100_000)  # no compaction
-        agent.materialize_every = 5
+        agent.settings.materialize_every = 5
         for n in range(15):
             await journal.append(STREAM, user(f"Where is part_{n}? " + "x" * 600))
             await agent.run_until_idle()

@@ -37,13 +37,13 @@ async def test_a_short_stream_costs_no_materialization_look_up() -> None:
         STREAM, [system_prompt("You answer."), ContextAdded(role="user", content="hi")]
     )
     agent = Agent(journal, STREAM, FunctionModel(lambda request: "ok"))
-    agent.materialize_every = 50
+    agent.settings.materialize_every = 50
     report = await agent.run_until_idle()
     assert report.requests == [3]
     cold = store.materialized  # the context fold's first read starts from a materialization
     for n in range(3):
         await journal.append(STREAM, ContextAdded(role="user", content=f"again {n}"))
         fresh = Agent(journal, STREAM, FunctionModel(lambda request: "ok"))  # a new instance
-        fresh.materialize_every = 50
+        fresh.settings.materialize_every = 50
         assert (await fresh.run_until_idle()).requests
     assert store.materialized == cold == 1

@@ -81,7 +81,7 @@ async def test_composed_once_per_instance_in_registration_order(journal: Journal
         catalog.version = f"v-changed-{n}"  # not re-read mid-instance
         await agent.run_until_idle()
     assert catalog.calls == {"a": 1, "b": 1}
-    assert agent.prefix.compositions == 1
+    assert agent.settings.prefix.compositions == 1
     logged = await headers(journal)
     assert len(logged) == 6
     # One header snapshot for the instance, later requests repeat it (None).
@@ -217,7 +217,7 @@ async def test_a_cancelled_composition_is_discarded_and_recomposed(journal: Jour
         return (NeutralMessage(role="user", content=f"catalog #{len(calls)}"), *await next_())
 
     agent, seen = await cancel_while_composing(journal, prefix, entered)
-    assert agent.prefix.composed is None
+    assert agent.settings.prefix.composed is None
     assert await headers(journal) == []  # nothing was requested
     report = await agent.run_until_idle()  # the next turn composes under a live task
     assert len(report.requests) == 1

@@ -61,23 +61,23 @@ async def test_an_item_landing_after_the_estimate_is_in_the_request(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = await _agent_after_a_turn(journal)
-    gate = compacting.CompactionSteps._relieve_pressure
+    gate = compacting.relieve_pressure
     landed: list[int] = []
 
-    async def another_writer_meanwhile(self: Agent, *args: Any) -> Any:
-        result = await gate(self, *args)
+    async def another_writer_meanwhile(*args: Any) -> Any:
+        result = await gate(*args)
         done = await journal.append(STREAM, cf.ContextAdded(role="user", content="also this"))
         landed.append(done.first_position)
         return result
 
-    monkeypatch.setattr(compacting.CompactionSteps, "_relieve_pressure", another_writer_meanwhile)
+    monkeypatch.setattr(turn, "relieve_pressure", another_writer_meanwhile)
     sent: list[cf.NeutralRequest] = []
 
     def answer(request: cf.NeutralRequest) -> str:
         sent.append(request)
         return "ok"
 
-    agent.model = cf.FunctionModel(answer)
+    agent.settings.model = cf.FunctionModel(answer)
     await journal.append(STREAM, cf.ContextAdded(role="user", content="one more"))
     await agent.run_until_idle()
     assert landed

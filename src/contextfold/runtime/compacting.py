@@ -12,7 +12,7 @@ attempts``) instead of paying a summary call on every turn.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from ..context.compaction import (
     MAX_COMPACTION_ATTEMPTS,
@@ -30,218 +30,182 @@ from ..context.rebuild import rebuild_state
 from ..context.request import build_request
 from ..context.state import AgentContextState
 from ..errors import CompactionError, RenderError
-from ..wire import NeutralRequest, Transport, body_size, render_request
-from .carried import Planned
+from ..wire import NeutralRequest, RenderedRequest, Transport, body_size, render_request
 from .clients import developer_role_of
 from .events import CompactionFinished, CompactionStarted
-from .instance import RunReport
+from .instance import Run
 from .lease import confirm_claim
-from .materializing import MaterializingSteps
 from .scheduling import SchedulerState
 
-__all__ = ["CompactionSteps"]
+__all__ = ["Outgoing", "catch_up", "relieve_pressure"]
 
 log = logging.getLogger("contextfold.runtime")
 
-_Pick = tuple[tuple[LlmResponse, ...], tuple[float, int, int | None], LlmResponse | None]
 
+async def catch_up(run: Run, context: AgentContextState, sched: SchedulerState) -> bool:
+    """Summarize the newest request whose usage report crossed the threshold and is not
+    summarized yet (several may have piled up, e.g. before a restart: only the newest is
+    summarized, once). Waits while the latest request is unanswered. True when it did.
 
-class CompactionSteps(MaterializingSteps):
-    """The agent's compaction steps (a base of :class:`~contextfold.runtime.loop.Agent`)."""
-
-    # The newest pick: (reports, (threshold, cutoff, window), picked).
-    _picked: _Pick | None = None
-
-    async def _catch_up_compaction(
-        self, context: AgentContextState, sched: SchedulerState, report: RunReport
-    ) -> bool:
-        """Summarize the newest request whose usage report crossed the threshold and is not
-        summarized yet (several may have piled up, e.g. before a restart: only the newest is
-        summarized, once). Waits while the latest request is unanswered. True when it did.
-
-        Raises CompactionError when it would be the third compaction in a row that leaves
-        the next request over the threshold."""
-        if not self._compaction_due(context, sched):
-            return False
-        picked = self._pick(sched.reports, context.compacted_through)
-        assert picked is not None and picked.usage is not None  # measured reports only
-        attempt = self._attempt(
-            context, picked.request_offset, picked.usage.input_tokens, picked.model
-        )
-        self._set_status("busy")
-        if await self._compact(picked.request_offset, report, attempt=attempt):
-            return True
-        self._not_compactable.add(picked.request_offset)
+    Raises CompactionError when it would be the third compaction in a row that leaves the
+    next request over the threshold."""
+    picked = _due(run, context, sched)
+    if picked is None:
         return False
-
-    def _compaction_due(self, context: AgentContextState, sched: SchedulerState) -> bool:
-        """Whether the catch-up summarizes at a step from these states."""
-        if not sched.answered:
-            return False
-        picked = self._pick(sched.reports, context.compacted_through)
-        return picked is not None and picked.request_offset not in self._not_compactable
-
-    def _crosses(self, response: LlmResponse, compacted_through: int) -> bool:
-        """Whether the usage report of ``response`` would be picked for a catch-up (the
-        newest over the threshold): the reports before it were looked at already."""
-        picked = pick_compaction(
-            (response,),
-            threshold=self.compaction_threshold,
-            compacted_through=compacted_through,
-            window=self.context_window,
-        )
-        return picked is not None and picked.request_offset not in self._not_compactable
-
-    def _pick(self, reports: tuple[LlmResponse, ...], compacted_through: int) -> LlmResponse | None:
-        """``pick_compaction`` of ``reports``, picking only among the reports after those of
-        the previous pick when they begin with those (they grow one response at a time)."""
-        settings = (self.compaction_threshold, compacted_through, self.context_window)
-        start, best = 0, None
-        seen = self._picked
-        # The same report objects: the prefix check compares them by identity.
-        if seen is not None and seen[1] == settings and reports[: len(seen[0])] == seen[0]:
-            start, best = len(seen[0]), seen[2]
-        newer = pick_compaction(
-            reports[start:],
-            threshold=self.compaction_threshold,
-            compacted_through=compacted_through,
-            window=self.context_window,
-        )
-        if newer is not None and (best is None or newer.request_offset > best.request_offset):
-            best = newer  # as max() over all of them: the first of the newest offset
-        self._picked = (reports, settings, best)
-        return best
-
-    async def _relieve_pressure(
-        self,
-        context: AgentContextState,
-        header: RequestHeader,
-        report: RunReport,
-        known: int,
-        before: Callable[[], Awaitable[None]] | None = None,
-        time: str | None = None,
-    ) -> tuple[AgentContextState, Planned | None, int]:
-        """The pressure gate before a request goes out: estimate it with ``header``
-        (session prefix included: a new instance's prefix may have grown) and, when it
-        crosses the threshold, summarize the previous request first (``before`` awaited
-        ahead of that). ``time``: the time of the request event about to be appended (the
-        request is built and rendered as it goes out, and estimated by that body); None
-        times it at the previous request. Returns the context the request is built from,
-        the plan that was estimated (None when there was none to estimate, or a compaction
-        changed the context), and the newest version known before that context was read
-        (``known``, for the context given). Raises CompactionError like the catch-up."""
-        previous = context.request_offset
-        if previous is None or previous <= context.compacted_through:
-            return context, None, known
-        timestamp = time if time is not None else context.request_time
-        request = build_request(context, header, timestamp=timestamp)
-        rendered = render_request(request, header.transport)
-        planned = None
-        if timestamp is not None:
-            planned = Planned(context, header, request, rendered, timestamp)
-        # The estimate of a body is its bytes / 4 (see _estimate): here, of the rendered one.
-        if not self._over(len(rendered.body) // 4, header.model):
-            return context, planned, known
-        # Measured like the request about to go: an estimate of previous's own body.
-        attempt = self._attempt(context, previous, _estimate_of(context), header.model)
-        if before is not None:
-            await before()
-        if await self._compact(previous, report, attempt=attempt):
-            known = self._version_seen
-            return await self.journal.fold(AgentContext, self.stream), None, known
-        return context, planned, known
-
-    def _over(self, tokens: int, model: str) -> bool:
-        return needs_compaction(
-            tokens, model, threshold=self.compaction_threshold, window=self.context_window
-        )
-
-    def _attempt(
-        self, context: AgentContextState, offset: int, size: int | None, model: str
-    ) -> int:
-        """The attempt a compaction of request @offset (``size`` input tokens) would be;
-        raises CompactionError, storing nothing, past :data:`MAX_COMPACTION_ATTEMPTS`."""
-        over = size is not None and self._over(size, model)
-        attempt = compaction_attempt(context, offset, over=over)
-        if attempt <= MAX_COMPACTION_ATTEMPTS:
-            return attempt
-        limit = threshold_tokens(
-            model, threshold=self.compaction_threshold, window=self.context_window
-        )
-        summary = latest_summary(context)
-        where = f"; the latest summary is @{summary.offset}" if summary is not None else ""
-        raise CompactionError(
-            f"request @{offset} of stream {self.stream!r} is {size:,} input tokens, still above "
-            f"threshold after {MAX_COMPACTION_ATTEMPTS} compaction attempts (threshold "
-            f"{self.compaction_threshold} of {model!r}'s context window: {limit:,.0f} "
-            f"tokens{where}); no further summary is requested. What compaction keeps is too "
-            "big (the system lane, the session prefix, tools, the newest items): shrink it, "
-            "or give the agent a larger cf.Agent(context_window=...) or compaction_threshold",
-            reason="still-over-threshold",
-        )
-
-    async def _compact(self, offset: int, report: RunReport, *, attempt: int = 1) -> bool:
-        """Summarize the exact request @offset (plus the instruction) through the same model;
-        the summary replaces history through @offset. False when it cannot or need not."""
-        current = await self.journal.fold(AgentContext, self.stream)
-        if offset <= current.compacted_through:
-            return False  # already summarized (the summary comes after the request it replaces)
-        neutral = await self._summary_request(current, offset)
-        if neutral is None:
-            return False
-        rendered = render_request(neutral, self.model.transport)
-        await self._emit(CompactionStarted(offset=offset))
-        self._cancel.check()  # no summary call for a cancelled agent either
-        await confirm_claim(self.journal)  # no append precedes this call: a lazy lease lands
-        output = await self.model.complete(neutral, rendered)
-        summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
-        self._saw(await self.journal.append(self.stream, summary, actor="agent"))
-        report.compactions.append(offset)
-        await self._emit(CompactionFinished(offset=offset, summary=output.text))
+    assert picked.usage is not None  # measured reports only
+    attempt = _attempt(run, context, picked.request_offset, picked.usage.input_tokens, picked.model)
+    run.busy()
+    if await _compact(run, picked.request_offset, attempt=attempt):
         return True
+    run.state.not_compactable.add(picked.request_offset)
+    return False
 
-    async def _summary_request(
-        self, current: AgentContextState, offset: int
-    ) -> NeutralRequest | None:
-        """Request @offset plus the instruction, or None when this model cannot send it.
 
-        From the live context when @offset is its latest request (what ``_send`` sends
-        from too: no refold of the journal), else from the journal folded through it."""
-        state: AgentContextState | None = current if current.request_offset == offset else None
-        neutral: NeutralRequest | None = None
-        if state is not None:
-            try:
-                neutral = build_summary_request(state, through=offset)
-            except RenderError:  # a compaction after @offset removed items it saw
-                state = None
-        if state is None:
-            state = await rebuild_state(self.journal, self.stream, offset)
-        recorded_for = state.header.transport if state.header is not None else None
-        if recorded_for != self.model.transport:
-            # The exact request can only go through the model it was recorded for (and one
-            # without a header cannot be rendered): the next request, logged with this
-            # model's header, is measured and compacted instead.
-            log.warning(
-                "not compacting request @%s of %r: recorded for %s, the model speaks %s",
-                offset,
-                self.stream,
-                recorded_for,
-                self.model.transport,
-            )
-            return None
-        assert state.header is not None  # its transport matched
-        mine = state.header.model_copy(update={"developer_role": developer_role_of(self.model)})
-        if state.header.has_developer_role and not mine.has_developer_role:
-            # Its developer messages would reach a server not known to take them (one that
-            # answers 500 to the role): the next request, in this model's terms, is instead.
-            log.warning(
-                "not compacting request @%s of %r: recorded with the developer role, which "
-                "this model's server is not confirmed to take",
-                offset,
-                self.stream,
-            )
-            return None
-        return neutral if neutral is not None else build_summary_request(state, through=offset)
+def _due(run: Run, context: AgentContextState, sched: SchedulerState) -> LlmResponse | None:
+    """The response whose usage the catch-up summarizes at a step from these states."""
+    if not sched.answered:
+        return None
+    settings = run.settings
+    picked = pick_compaction(
+        sched.reports,
+        threshold=settings.compaction_threshold,
+        compacted_through=context.compacted_through,
+        window=settings.context_window,
+    )
+    if picked is None or picked.request_offset in run.state.not_compactable:
+        return None
+    return picked
+
+
+async def relieve_pressure(
+    run: Run, context: AgentContextState, header: RequestHeader, time: str
+) -> tuple[AgentContextState, Outgoing | None]:
+    """The pressure gate before a request goes out: build and render it from ``context``
+    with ``header`` at ``time`` (the request event's) and estimate that body (session
+    prefix included: a new instance's prefix may have grown); when it crosses the
+    threshold, summarize the previous request first. Returns the context the request is
+    to be built from and the request built and rendered from it (None when a compaction
+    changed the context). Raises CompactionError like the catch-up."""
+    request = build_request(context, header, timestamp=time)
+    built = Outgoing(request, render_request(request, header.transport))
+    previous = context.request_offset
+    if previous is None or previous <= context.compacted_through:
+        return context, built
+    # The estimate of a body is its bytes / 4 (see _estimate): here, of the one to be sent.
+    if not _over(run, len(built.rendered.body) // 4, header.model):
+        return context, built
+    # Measured like the request about to go: an estimate of previous's own body.
+    attempt = _attempt(run, context, previous, _estimate_of(context), header.model)
+    if await _compact(run, previous, attempt=attempt):
+        return await run.journal.fold(AgentContext, run.stream), None
+    return context, built
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A request built from a context and rendered for its transport."""
+
+    request: NeutralRequest
+    rendered: RenderedRequest
+
+
+def _over(run: Run, tokens: int, model: str) -> bool:
+    settings = run.settings
+    return needs_compaction(
+        tokens, model, threshold=settings.compaction_threshold, window=settings.context_window
+    )
+
+
+def _attempt(
+    run: Run, context: AgentContextState, offset: int, size: int | None, model: str
+) -> int:
+    """The attempt a compaction of request @offset (``size`` input tokens) would be;
+    raises CompactionError, storing nothing, past :data:`MAX_COMPACTION_ATTEMPTS`."""
+    over = size is not None and _over(run, size, model)
+    attempt = compaction_attempt(context, offset, over=over)
+    if attempt <= MAX_COMPACTION_ATTEMPTS:
+        return attempt
+    settings = run.settings
+    threshold = settings.compaction_threshold
+    limit = threshold_tokens(model, threshold=threshold, window=settings.context_window)
+    summary = latest_summary(context)
+    where = f"; the latest summary is @{summary.offset}" if summary is not None else ""
+    raise CompactionError(
+        f"request @{offset} of stream {run.stream!r} is {size:,} input tokens, still above "
+        f"threshold after {MAX_COMPACTION_ATTEMPTS} compaction attempts (threshold "
+        f"{threshold} of {model!r}'s context window: {limit:,.0f} "
+        f"tokens{where}); no further summary is requested. What compaction keeps is too "
+        "big (the system lane, the session prefix, tools, the newest items): shrink it, "
+        "or give the agent a larger cf.Agent(context_window=...) or compaction_threshold",
+        reason="still-over-threshold",
+    )
+
+
+async def _compact(run: Run, offset: int, *, attempt: int = 1) -> bool:
+    """Summarize the exact request @offset (plus the instruction) through the same model;
+    the summary replaces history through @offset. False when it cannot or need not."""
+    current = await run.journal.fold(AgentContext, run.stream)
+    if offset <= current.compacted_through:
+        return False  # already summarized (the summary comes after the request it replaces)
+    model = run.settings.model
+    neutral = await _summary_request(run, current, offset)
+    if neutral is None:
+        return False
+    rendered = render_request(neutral, model.transport)
+    await run.emit(CompactionStarted(offset=offset))
+    run.cancel.check()  # no summary call for a cancelled agent either
+    await confirm_claim(run.journal)  # no append precedes this call: a lazy lease lands
+    output = await model.complete(neutral, rendered)
+    summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
+    run.saw(await run.journal.append(run.stream, summary, actor="agent"))
+    run.report.compactions.append(offset)
+    await run.emit(CompactionFinished(offset=offset, summary=output.text))
+    return True
+
+
+async def _summary_request(
+    run: Run, current: AgentContextState, offset: int
+) -> NeutralRequest | None:
+    """Request @offset plus the instruction, or None when this model cannot send it.
+
+    From the live context when @offset is its latest request (what ``send`` sends from
+    too: no refold of the journal), else from the journal folded through it."""
+    state: AgentContextState | None = current if current.request_offset == offset else None
+    neutral: NeutralRequest | None = None
+    if state is not None:
+        try:
+            neutral = build_summary_request(state, through=offset)
+        except RenderError:  # a compaction after @offset removed items it saw
+            state = None
+    if state is None:
+        state = await rebuild_state(run.journal, run.stream, offset)
+    model = run.settings.model
+    recorded_for = state.header.transport if state.header is not None else None
+    if recorded_for != model.transport:
+        # The exact request can only go through the model it was recorded for (and one
+        # without a header cannot be rendered): the next request, logged with this
+        # model's header, is measured and compacted instead.
+        log.warning(
+            "not compacting request @%s of %r: recorded for %s, the model speaks %s",
+            offset,
+            run.stream,
+            recorded_for,
+            model.transport,
+        )
+        return None
+    assert state.header is not None  # its transport matched
+    mine = state.header.model_copy(update={"developer_role": developer_role_of(model)})
+    if state.header.has_developer_role and not mine.has_developer_role:
+        # Its developer messages would reach a server not known to take them (one that
+        # answers 500 to the role): the next request, in this model's terms, is instead.
+        log.warning(
+            "not compacting request @%s of %r: recorded with the developer role, which "
+            "this model's server is not confirmed to take",
+            offset,
+            run.stream,
+        )
+        return None
+    return neutral if neutral is not None else build_summary_request(state, through=offset)
 
 
 def _estimate(request: NeutralRequest, transport: Transport) -> int:

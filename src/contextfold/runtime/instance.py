@@ -1,5 +1,5 @@
-"""What an agent instance holds in memory besides the journal: its settings, its status
-and its observer; and what one run of its loop reports."""
+"""What an agent is made of besides the journal: its settings, one record of what its loop
+learned, and what the steps of one run share; and what a run reports."""
 
 from __future__ import annotations
 
@@ -7,16 +7,23 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._aio import CancelWatch
+from ..context.evidence import DEFAULT_CONTENT_LIMIT
 from ..journal import Journal
 from ..render.prefix import PrefixInstance
+from ..store.base import AppendResult
 from .clients import ModelClient
 from .events import AgentObserver, LoopEvent
+from .scheduling import TurnBudgets
 from .spans import LoopSpans
+from .tool_runs import InterruptedToolPolicy
 from .tools import Toolbox
 
-__all__ = ["AgentInstance", "RunReport", "Status"]
+__all__ = ["MATERIALIZE_EVERY", "AgentSettings", "AgentState", "Run", "RunReport", "Status"]
 
 Status = Literal["idle", "queued", "busy", "stopped"]
+
+MATERIALIZE_EVERY = 1000
+"""Stream positions between two materializations of a running agent."""
 
 
 @dataclass(slots=True)
@@ -36,32 +43,78 @@ class RunReport:
     reason: str = ""
 
 
-class AgentInstance:
-    """The state the loop's steps share (the base of :class:`~contextfold.runtime.loop.Agent`,
-    which sets it): the steps of one turn and of compaction read it, and tell the observer."""
+@dataclass(slots=True, kw_only=True)
+class AgentSettings:
+    """How an agent requests, runs tools and compacts (``cf.Agent``'s arguments, checked).
 
-    journal: Journal
-    stream: str
+    Read by every step, so a change takes effect at the next step; what a request is made
+    of is logged in its header, so a rebuild never reads these."""
+
     model: ModelClient
     toolbox: Toolbox
     prefix: PrefixInstance
-    max_tokens: int
-    temperature: float | None
-    stream_responses: bool
-    compaction_threshold: float
-    context_window: int | None  # the model's input limit; None: its known window
-    content_limit: int  # characters of one tool output or item the model sees
-    observer: AgentObserver | None
-    status: Status
-    _not_compactable: set[int]  # requests recorded for another transport
-    _cancel: CancelWatch  # renewed by each run
-    _spans: LoopSpans | None = None  # OpenTelemetry spans of the loop (no-ops without an SDK)
+    max_tokens: int = 1024
+    temperature: float | None = None
+    stream_responses: bool = False
+    budgets: TurnBudgets = field(default_factory=TurnBudgets)
+    compaction_threshold: float = 0.5
+    context_window: int | None = None
+    """The model's input limit in tokens; None until looked up (see ``cf.Agent``)."""
+    on_interrupted_tool: InterruptedToolPolicy = "report"
+    content_limit: int = DEFAULT_CONTENT_LIMIT
+    """Characters of one tool output or item the model sees."""
+    materialize_every: int = MATERIALIZE_EVERY
+    """Stream positions between two materializations."""
 
-    async def _emit(self, event: LoopEvent) -> None:
-        if self._spans is not None:
-            self._spans.on_event(event)
+
+@dataclass(slots=True)
+class AgentState:
+    """What a live agent knows beyond the journal: all of it derived from what its own
+    appends returned and what it looked up, so a new instance starts empty and loses only
+    time (the journal is the agent's state)."""
+
+    status: Status = "idle"
+    version_seen: int = 0
+    """The newest stream version the agent's own appends returned: the stream had it at
+    least (a request appended with its record names the version it expects)."""
+    materialized_at: int | None = None
+    """Stream position of the newest materialization, once looked up."""
+    not_compactable: set[int] = field(default_factory=set)
+    """Requests recorded for another transport: never summarized by this agent."""
+    window_known: bool = False
+    """Whether the context window was given or looked up already."""
+    birth_reported: bool = False
+    """Whether the wait for the system prompt was logged (it is, once)."""
+
+
+@dataclass(slots=True)
+class Run:
+    """What the steps of one ``run_until_idle`` share: where they read and append, the
+    agent's settings and state, whom they tell, and the run's report."""
+
+    journal: Journal
+    stream: str
+    settings: AgentSettings
+    state: AgentState
+    report: RunReport
+    observer: AgentObserver | None = None
+    spans: LoopSpans | None = None
+    cancel: CancelWatch = field(default_factory=CancelWatch)
+    """Renewed by each run: a cancel a driver swallowed still stops it."""
+
+    async def emit(self, event: LoopEvent) -> None:
+        """Tell the spans and the observer, in that order."""
+        if self.spans is not None:
+            self.spans.on_event(event)
         if self.observer is not None:
             await self.observer.on_event(event)
 
-    def _set_status(self, status: Status) -> None:
-        self.status = status
+    def saw(self, appended: AppendResult) -> AppendResult:
+        """Note the version ``appended`` left the stream at; returns it."""
+        state = self.state
+        if not appended.deduplicated and appended.last_position > state.version_seen:
+            state.version_seen = appended.last_position
+        return appended
+
+    def busy(self) -> None:
+        self.state.status = "busy"

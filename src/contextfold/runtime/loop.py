@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
 from .._aio import CancelWatch
@@ -26,16 +26,16 @@ from ..errors import InvalidInputError, ModelError
 from ..journal import Journal
 from ..render.prefix import SessionPrefix
 from ..wire import ToolCall
-from .carried import RequestDue, ToolsStarted, folded_ahead, seen_through
 from .clients import ModelClient, context_window_of
+from .compacting import catch_up
 from .events import AgentObserver, LoopCancelled, LoopHalted
-from .instance import RunReport, Status
-from .materializing import _position
+from .instance import MATERIALIZE_EVERY, AgentSettings, AgentState, Run, RunReport, Status
+from .materializing import materialize_if_due
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
 from .spans import LoopSpans
-from .tool_runs import HeldResult, InterruptedToolPolicy, run_calls
+from .tool_runs import InterruptedToolPolicy, run_calls
 from .tools import Toolbox
-from .turn import TurnSteps, _finish
+from .turn import _finish, request, retry
 
 __all__ = ["Agent", "system_prompt"]
 
@@ -50,13 +50,14 @@ def system_prompt(text: str) -> ContextAdded:
     return ContextAdded(role="system", content=text, key=SYSTEM_PROMPT_KEY)
 
 
-class Agent(TurnSteps):
+class Agent:
     """An agent on one journal stream.
 
     ``model`` completes requests (its ``transport`` picks the wire format); ``tools`` are
     callables or :class:`Tool` objects; ``prefix`` contributes the session prefix, composed
-    once per Agent instance (a loop instance). Nothing else is kept in memory: the journal
-    is the agent's state.
+    once per Agent instance (a loop instance). The arguments are kept, checked, as
+    :attr:`settings`; besides them an agent holds only what its own appends told it
+    (:class:`AgentState`): the journal is the agent's state.
 
     Tools run at most once by record: a call the journal shows started but unanswered (the
     agent stopped while it ran) is, by ``on_interrupted_tool``, answered with an error
@@ -71,6 +72,9 @@ class Agent(TurnSteps):
 
     ``content_limit`` is the most characters of one tool output or item the model sees: a
     longer one is cut, with a ref to the whole record in the journal (``context.evidence``).
+
+    Every ``materialize_every`` stream positions the agent stores its context in chunks
+    (``runtime.materializing``), so a new instance's first read starts there.
 
     Run one live Agent per stream. A new instance resumes a stopped or crashed one (it
     re-sends an unanswered request byte for byte and runs unanswered tool calls), so a
@@ -96,6 +100,7 @@ class Agent(TurnSteps):
         observer: AgentObserver | None = None,
         on_interrupted_tool: InterruptedToolPolicy = "report",
         content_limit: int = DEFAULT_CONTENT_LIMIT,
+        materialize_every: int = MATERIALIZE_EVERY,
     ) -> None:
         check_content_limit(content_limit)
         if on_interrupted_tool not in ("report", "rerun"):
@@ -104,30 +109,39 @@ class Agent(TurnSteps):
             )
         self.journal = journal
         self.stream = stream
-        self.model = model
-        self.toolbox = tools if isinstance(tools, Toolbox) else Toolbox(tools)
-        self.prefix = (prefix or SessionPrefix()).instance()
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.stream_responses = stream_responses
-        self.budgets = budgets or TurnBudgets()
-        self.compaction_threshold = compaction_threshold
-        self.context_window = check_context_window(context_window)
-        self._window_looked_up = context_window is not None
+        self.settings = AgentSettings(
+            model=model,
+            toolbox=tools if isinstance(tools, Toolbox) else Toolbox(tools),
+            prefix=(prefix or SessionPrefix()).instance(),
+            max_tokens=max_tokens,
+            temperature=temperature,
+            stream_responses=stream_responses,
+            budgets=budgets or TurnBudgets(),
+            compaction_threshold=compaction_threshold,
+            context_window=check_context_window(context_window),
+            on_interrupted_tool=on_interrupted_tool,
+            content_limit=content_limit,
+            materialize_every=materialize_every,
+        )
         self.observer = observer
-        self.on_interrupted_tool: InterruptedToolPolicy = on_interrupted_tool
-        self.content_limit = content_limit
-        self.status: Status = "idle"
-        self._birth_reported = False  # the wait for the system prompt is logged once
-        self._not_compactable: set[int] = set()
-        self._cancel = CancelWatch()
+        self._state = AgentState(window_known=context_window is not None)
         self._spans = LoopSpans(journal.namespace, stream, model.model, model.transport)
+
+    @property
+    def model(self) -> ModelClient:
+        """The model client requests go to (``settings.model``)."""
+        return self.settings.model
+
+    @property
+    def status(self) -> Status:
+        """``busy`` while a run takes a step, else how the last run ended."""
+        return self._state.status
 
     async def _look_up_window(self) -> None:
         """The context window when none was given: the client's, the table's, the server's."""
         window, source = await context_window_of(self.model)
-        self._window_looked_up = True
-        self.context_window = window
+        self._state.window_known = True
+        self.settings.context_window = window
         if source == "server":
             log.info(
                 "%s: context window %s tokens, as the model's server reports", self.stream, window
@@ -150,113 +164,83 @@ class Agent(TurnSteps):
         halted itself (stopped); once ``stop`` is set, after the step in progress (reason
         ``"stop requested"``). Raises ModelError when the provider fails."""
         report = RunReport()
-        self._cancel = CancelWatch()  # a cancel a driver swallowed still stops the run
-        spans = self._spans
-        if spans is not None:
-            spans.start_turn()
-        if not self._window_looked_up:
+        run = Run(
+            self.journal,
+            self.stream,
+            self.settings,
+            self._state,
+            report,
+            observer=self.observer,
+            spans=self._spans,
+        )
+        self._spans.start_turn()
+        if not self._state.window_known:
             await self._look_up_window()
-        self._carried = None
-        left = max_steps
-
-        def next_runs() -> bool:  # whether a step after the one in progress will run
-            return self._ahead and left > 0 and not (stop is not None and stop.is_set())
-
         try:
-            while left > 0:
-                carried = self._carried
-                if isinstance(carried, ToolsStarted):
-                    # Its first call is recorded as started: the step is under way.
-                    self._carried = None
-                    left -= 1
-                    report.steps += 1
-                    await self._run_tools(carried.calls, (), report, next_runs, carried.recorded)
-                    continue
+            for _ in range(max_steps):
                 if stop is not None and stop.is_set():
-                    await self._flush_carried()
                     report.reason = "stop requested"
                     break
-                if carried is not None:
-                    self._cancel.check()
-                    self._carried = None  # the request takes the held result on
-                    self._set_status("busy")
-                    left -= 1
-                    self._next_runs = next_runs
-                    try:
-                        sent = await self._request(
-                            carried.context, carried.decision, report, carried.version, carried
-                        )
-                    finally:
-                        self._next_runs = None
-                    if sent:
-                        report.steps += 1
-                        continue
-                    left += 1  # the stream moved on (the held result is appended): look again
-                known = self._version_seen  # the states hold everything through it
-                context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
-                self._cancel.check()
-                left -= 1
-                if await self._catch_up_compaction(context, sched, report):
-                    report.steps += 1
-                    continue
-                if await self._materialize_if_due(context):  # its events come first now
-                    known = self._version_seen
-                    context, sched = await self.journal.fold_pair(
-                        AgentContext, Scheduler, self.stream
-                    )
-                decision = decide(sched, context, self.budgets)
-                if decision.action == "idle":
-                    report.status, report.reason = (
-                        ("stopped" if sched.halted else "idle"),
-                        decision.reason,
-                    )
+                if not await self._step(run):
                     break
-                if decision.action == "queued":
-                    report.status, report.reason = "queued", decision.reason
-                    self._report_birth(decision.reason)
-                    break
-                self._set_status("busy")
                 report.steps += 1
-                if decision.action == "halt":
-                    reason = "circuit-breaker" if "breaker" in decision.reason else "turn-budget"
-                    halted = AgentHalted(reason=reason, detail=decision.reason)
-                    self._saw(await self.journal.append(self.stream, halted, actor="agent"))
-                    await self._emit(LoopHalted(reason=decision.reason))
-                    report.status, report.reason = "stopped", decision.reason
-                    break
-                if decision.action == "run-tools":
-                    await self._run_tools(sched.outstanding, sched.started, report, next_runs)
-                elif decision.action == "retry":
-                    assert sched.last_request is not None
-                    await self._retry(sched.last_request, sched.request_actor, report)
-                else:
-                    self._next_runs = next_runs
-                    try:
-                        await self._request(context, decision, report, known)
-                    finally:
-                        self._next_runs = None
         except asyncio.CancelledError:
             # A shutdown, maybe while tools run: observers close what they still hold open
             # (a request's own rows are closed where it is sent).
-            await _finish(self._flush_carried())
-            await _finish(self._emit(LoopCancelled()))
-            raise
-        except Exception:
-            await _finish(self._flush_carried())
+            await _finish(run.emit(LoopCancelled()))
             raise
         finally:
             # Never left "busy": after an error the report's status is still "idle".
-            self._set_status(report.status)
-            if spans is not None:
-                spans.end_turn(report.status, report.reason)
+            self._state.status = report.status
+            self._spans.end_turn(report.status, report.reason)
         return report
+
+    async def _step(self, run: Run) -> bool:
+        """Take one step from the journal as it is now: a compaction, the tool calls, a
+        request (or its re-send) or a halt. False when there is none to take (the report
+        says why)."""
+        known = run.state.version_seen  # the states hold everything through it
+        context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
+        run.cancel.check()
+        if await catch_up(run, context, sched):
+            return True
+        if await materialize_if_due(run, context):  # its events come first now
+            known = run.state.version_seen
+            context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
+        report = run.report
+        decision = decide(sched, context, self.settings.budgets)
+        if decision.action == "idle":
+            report.status = "stopped" if sched.halted else "idle"
+            report.reason = decision.reason
+            return False
+        if decision.action == "queued":
+            report.status, report.reason = "queued", decision.reason
+            self._report_birth(decision.reason)
+            return False
+        run.busy()
+        if decision.action == "halt":
+            reason = "circuit-breaker" if "breaker" in decision.reason else "turn-budget"
+            halted = AgentHalted(reason=reason, detail=decision.reason)
+            run.saw(await self.journal.append(self.stream, halted, actor="agent"))
+            await run.emit(LoopHalted(reason=decision.reason))
+            report.status, report.reason = "stopped", decision.reason
+            report.steps += 1
+            return False
+        if decision.action == "run-tools":
+            await self._run_tools(run, sched.outstanding, sched.started)
+        elif decision.action == "retry":
+            assert sched.last_request is not None
+            await retry(run, sched.last_request, sched.request_actor)
+        else:
+            await request(run, context, decision, known)
+        return True
 
     def _report_birth(self, reason: str) -> None:
         """Say once per agent that it waits for its system prompt: otherwise it does nothing
         and says nothing, however often it is run."""
-        if self._birth_reported:
+        if self._state.birth_reported:
             return
-        self._birth_reported = True
+        self._state.birth_reported = True
         log.warning(
             "agent on %r: %s; nothing is sent to the model until a writer appends it "
             "(cf.system_prompt(...))",
@@ -265,67 +249,23 @@ class Agent(TurnSteps):
         )
 
     async def _run_tools(
-        self,
-        calls: tuple[ToolCall, ...],
-        started: tuple[str, ...],
-        report: RunReport,
-        next_runs: Callable[[], bool],
-        recorded: str | None = None,
+        self, run: Run, calls: tuple[ToolCall, ...], started: tuple[str, ...]
     ) -> None:
-        """Run ``calls`` (``recorded``: the first one's start is recorded already). When the
-        next step is the request after them, the last result is held for its append."""
-        hold = next_runs()
+        """Run ``calls`` (``started``: those the journal shows started without a result)."""
+        settings = self.settings
         runs = await run_calls(
             self.journal,
             self.stream,
-            self.toolbox,
+            settings.toolbox,
             calls,
             started=started,
-            policy=self.on_interrupted_tool,
-            emit=self._emit,
-            content_limit=self.content_limit,
-            recorded=recorded,
-            hold_last=hold,
+            policy=settings.on_interrupted_tool,
+            emit=run.emit,
+            content_limit=settings.content_limit,
         )
-        report.tool_calls += runs.answered
-        report.not_rerun.extend(runs.not_rerun)
-        self._version_seen = max(self._version_seen, runs.version)
-        if runs.held is not None:
-            try:
-                self._carried = await self._request_due(runs.held, next_runs)
-            except BaseException:
-                await _finish(self._flush(runs.held))
-                raise
-            if self._carried is None:
-                await self._flush(runs.held)
-
-    async def _request_due(
-        self, held: HeldResult, next_runs: Callable[[], bool]
-    ) -> RequestDue | None:
-        """The next step from the journal and ``held`` folded ahead, when it is a request
-        the held result can go out with (nothing else comes first); else None."""
-        known = self._version_seen  # the states hold everything through it
-        context, sched = await self.journal.fold_pair(AgentContext, Scheduler, self.stream)
-        version = max(known, seen_through(context))
-        first = version + 1
-        context = folded_ahead(AgentContext, context, held.events, self.stream, first)
-        sched = folded_ahead(Scheduler, sched, held.events, self.stream, first)
-        if (
-            not next_runs()
-            or self._compaction_due(context, sched)
-            or self._materialization_due(_position(context))
-        ):
-            return None
-        decision = decide(sched, context, self.budgets)
-        if decision.action != "request":
-            return None
-        return RequestDue(context, sched, decision, held, version)
-
-    async def _flush_carried(self) -> None:
-        """Append what a step held back for the next one, which will not come."""
-        carried, self._carried = self._carried, None
-        if isinstance(carried, RequestDue):
-            await self._flush(carried.held)
+        run.report.tool_calls += runs.answered
+        run.report.not_rerun.extend(runs.not_rerun)
+        run.state.version_seen = max(run.state.version_seen, runs.version)
 
     async def serve(self, *, poll_interval: float = 0.05) -> None:
         """Run forever: run until idle, then sleep until anything is appended to the stream.

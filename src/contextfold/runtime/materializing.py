@@ -4,9 +4,9 @@ of refolding its whole journal.
 :func:`materialize_context` stores the agent context in chunks with its cursor
 (:mod:`contextfold.context.materialized`), and the small, bounded states of the other
 folds the loop reads: the scheduler's as a checkpoint of itself, the dispatched turns' as
-a snapshot (it takes no checkpoints). The loop does it every
-:attr:`MaterializingSteps.materialize_every` stream positions; a new instance's first
-reads then load those and fold only the events after them.
+a snapshot (it takes no checkpoints). The loop does it every ``materialize_every`` stream
+positions of the agent's settings (:data:`MATERIALIZE_EVERY` unless changed); a new
+instance's first reads then load those and fold only the events after them.
 """
 
 from __future__ import annotations
@@ -27,16 +27,19 @@ from ..context.state import AGENT_WRITER, AgentContextState
 from ..context.turns import Turns
 from ..errors import CheckpointError, InvalidInputError
 from ..journal import Journal
-from ..store.base import AppendResult
-from .instance import AgentInstance
+from .instance import MATERIALIZE_EVERY, Run
 from .scheduling import Scheduler
 
-__all__ = ["MATERIALIZE_EVERY", "Materialized", "MaterializingSteps", "materialize_context"]
+__all__ = [
+    "MATERIALIZE_EVERY",
+    "Materialized",
+    "materialization_due",
+    "materialize_context",
+    "materialize_if_due",
+    "seen_through",
+]
 
 log = logging.getLogger("contextfold.runtime")
-
-MATERIALIZE_EVERY = 1000
-"""Stream positions between two materializations of a running agent."""
 
 _SNAPSHOTTED: tuple[SnapshotFold[Any], ...] = (Turns,)
 
@@ -95,58 +98,49 @@ async def materialize_context(journal: Journal, stream: str) -> Materialized | N
     return Materialized(appended.last_position, len(chunks), len(manifest.chunks), version)
 
 
-def _position(context: AgentContextState) -> int:
-    """How far the context has seen the stream: its newest request or item."""
+def seen_through(context: AgentContextState) -> int:
+    """The newest stream position ``context`` shows: its latest request, result record or
+    published position, or the last item of a lane (a slot settled in place may be newer:
+    then an append expecting this version finds the stream further, and looks again)."""
     newest = [context.request_offset or 0, context.published_through]
     newest += [lane[-1].offset for lane in (context.system, context.history) if lane]
+    if context.tool_result is not None:
+        newest.append(context.tool_result[0])
     return max(newest)
 
 
-class MaterializingSteps(AgentInstance):
-    """The agent's materialization step (a base of :class:`~contextfold.runtime.loop.Agent`)."""
+def materialization_due(run: Run, position: int) -> bool:
+    """Whether a context seen through ``position`` may be due (True also while the newest
+    materialization is still to be looked up)."""
+    every = run.settings.materialize_every
+    if position < every:
+        return False  # not due, wherever the newest materialization is: no look-up
+    done = run.state.materialized_at
+    return done is None or position - done >= every
 
-    materialize_every: int = MATERIALIZE_EVERY
-    """Stream positions between two materializations (set it on an agent to change it)."""
-    _materialized_at: int | None = None  # stream position of the newest one, once looked up
-    # The newest stream version the agent's own appends returned: the stream had it at
-    # least (a request appended at once names the version it expects from it).
-    _version_seen: int = 0
 
-    def _saw(self, appended: AppendResult) -> AppendResult:
-        """Note the version ``appended`` left the stream at; returns it."""
-        if not appended.deduplicated and appended.last_position > self._version_seen:
-            self._version_seen = appended.last_position
-        return appended
-
-    def _materialization_due(self, position: int) -> bool:
-        """Whether a context seen through ``position`` may be due (True also while the
-        newest materialization is still to be looked up)."""
-        if position < self.materialize_every:
-            return False  # not due, wherever the newest materialization is: no look-up
-        done = self._materialized_at
-        return done is None or position - done >= self.materialize_every
-
-    async def _materialize_if_due(self, context: AgentContextState) -> bool:
-        """Materialize when the context has seen :attr:`materialize_every` positions since
-        the newest materialization; True when it did (the states read before are behind
-        its events). A chunk or state that cannot be stored is logged, not raised: it only
-        costs the next instance a longer first read."""
-        position = _position(context)
-        if not self._materialization_due(position):
-            return False
-        if self._materialized_at is None:
-            found = await self.journal.latest(self.stream, [ContextMaterialized])
-            self._materialized_at = found[0].position if found else 0
-        if position - self._materialized_at < self.materialize_every:
-            return False
-        try:
-            done = await materialize_context(self.journal, self.stream)
-        except (InvalidInputError, CheckpointError) as exc:
-            # Only what cannot be stored: a store error or a lost lease stops the loop, as
-            # any other append's does.
-            log.warning("agent on %r did not materialize its context: %s", self.stream, exc)
-            done = None
-        self._materialized_at = done.position if done is not None else position
-        if done is not None:
-            self._version_seen = max(self._version_seen, done.version)
-        return True
+async def materialize_if_due(run: Run, context: AgentContextState) -> bool:
+    """Materialize when the context has seen ``materialize_every`` positions since the
+    newest materialization; True when it did (the states read before are behind its
+    events). A chunk or state that cannot be stored is logged, not raised: it only costs
+    the next instance a longer first read."""
+    position = seen_through(context)
+    if not materialization_due(run, position):
+        return False
+    state = run.state
+    if state.materialized_at is None:
+        found = await run.journal.latest(run.stream, [ContextMaterialized])
+        state.materialized_at = found[0].position if found else 0
+    if position - state.materialized_at < run.settings.materialize_every:
+        return False
+    try:
+        done = await materialize_context(run.journal, run.stream)
+    except (InvalidInputError, CheckpointError) as exc:
+        # Only what cannot be stored: a store error or a lost lease stops the loop, as
+        # any other append's does.
+        log.warning("agent on %r did not materialize its context: %s", run.stream, exc)
+        done = None
+    state.materialized_at = done.position if done is not None else position
+    if done is not None:
+        state.version_seen = max(state.version_seen, done.version)
+    return True

@@ -30,7 +30,6 @@ from ..context.evidence import (
     tool_result_events,
 )
 from ..errors import ConflictError, WrongExpectedVersionError
-from ..events import NewEvent
 from ..journal import Journal
 from ..store.base import AppendResult
 from ..wire import ToolCall
@@ -40,7 +39,6 @@ from .tools import Tool, Toolbox, ToolContext, ToolOutcome
 
 __all__ = [
     "NOT_RERUN",
-    "HeldResult",
     "InterruptedToolPolicy",
     "ToolRuns",
     "may_rerun",
@@ -66,15 +64,6 @@ def may_rerun(tool: Tool | None, policy: InterruptedToolPolicy) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldResult:
-    """The last call's result, encoded for the caller's next append and not appended yet,
-    and what observers are told once it is."""
-
-    events: tuple[NewEvent, ...]
-    finished: ToolFinished
-
-
-@dataclass(frozen=True, slots=True)
 class ToolRuns:
     """What one ``run`` did: how many calls it answered, and which of them were answered
     with :data:`NOT_RERUN` instead of running."""
@@ -83,8 +72,6 @@ class ToolRuns:
     not_rerun: tuple[str, ...] = ()
     version: int = 0
     """The stream's version after the last of its appends (0: it made none)."""
-    held: HeldResult | None = None
-    """The last result, when asked to hold it back (``hold_last``) and it could be."""
 
 
 async def run_calls(
@@ -98,33 +85,24 @@ async def run_calls(
     emit: Callable[[LoopEvent], Awaitable[None]],
     content_limit: int = DEFAULT_CONTENT_LIMIT,
     max_output_bytes: int = MAX_OUTPUT_BYTES,
-    recorded: str | None = None,
-    hold_last: bool = False,
 ) -> ToolRuns:
     """Answer ``calls`` in order; ``started``: those the journal records as started without
     a result. An output over ``content_limit`` characters reaches the model cut, one over
     ``max_output_bytes`` is refused (see the module). Store errors propagate (the call's
-    record is then what the journal holds).
-
-    ``recorded``: the id of the first call when the caller appended its ``ToolCallStarted``
-    itself, in this step (with the response that made it), so it is not resumed;
-    ``hold_last``: the last result, when its events do not depend on their position (an
-    output within the limit), is encoded and returned (``ToolRuns.held``) for the caller
-    to append with what it appends next, instead of appended."""
+    record is then what the journal holds)."""
     not_rerun: list[str] = []
     versions = [0]  # of each append made: the newest is the stream's version after them
-    for index, call in enumerate(calls):
+    for call in calls:
         resumed = call.id in started
         if resumed and not may_rerun(toolbox.get(call.name), policy):
             outcome = ToolOutcome(call.id, call.name, NOT_RERUN, is_error=True)
             not_rerun.append(call.id)
         else:
             await emit(ToolStarted(call=call))
-            first = index == 0 and call.id == recorded
             outcome = await toolbox.call(
                 call,
                 ToolContext(call.id, call.name, stream, resumed=resumed),
-                on_start=_recorded if first else _recorder(journal, stream, call, versions),
+                on_start=_recorder(journal, stream, call, versions),
             )
         result = ToolCallResult(
             tool_call_id=call.id,
@@ -132,10 +110,6 @@ async def run_calls(
             content=outcome.output,
             is_error=outcome.is_error,
         )
-        if hold_last and index == len(calls) - 1:
-            held = _held(journal, stream, call, outcome, result, content_limit)
-            if held is not None:
-                return ToolRuns(len(calls), tuple(not_rerun), max(versions), held)
         stored, appended = await _append_result(
             journal, stream, result, content_limit, max_output_bytes
         )
@@ -181,30 +155,6 @@ async def _append_result(
         f"{result.tool_call_id!r} was appended ({_APPEND_ATTEMPTS} attempts); run the agent "
         "again: the call is answered as one that may already have run"
     )
-
-
-def _held(
-    journal: Journal,
-    stream: str,
-    call: ToolCall,
-    outcome: ToolOutcome,
-    result: ToolCallResult,
-    limit: int,
-) -> HeldResult | None:
-    """``result`` encoded as :func:`_append_result` would append it, when that needs no
-    position (an output within the limit); None otherwise."""
-    keep = output_limit(limit, journal.max_payload_bytes)
-    if len(result.content) + len("error: ") > keep:
-        return None
-    options = {"limit": limit, "max_payload_bytes": journal.max_payload_bytes}
-    stored = tool_result_events(result, stream=stream, position=None, **options)
-    shown = replace(outcome, output=stored.visible, is_error=stored.is_error)
-    events = journal.encode(stored.events, actor=TOOL_WRITER)
-    return HeldResult(events, ToolFinished(call=call, outcome=shown))
-
-
-async def _recorded() -> None:
-    """The start of a call its caller recorded already."""
 
 
 def _recorder(

@@ -1,12 +1,13 @@
-"""Steps appended ahead: a request and its record go in one append, a response with the
-start of its first call, the last tool result with the request after it. The journal is
-the one the loop writes when every step appends on its own, event for event (payloads,
-meta, times and ids alike), for any script of calls, outputs, usage reports (catch-up and
-pressure compactions) and step limits; and it verifies."""
+"""Each step appends once: a request with its record, a response with its item, a call's
+start, its result with its item, a summary. For any script of calls, outputs, usage
+reports (catch-up and pressure compactions) and step limits, every append of the agent is
+one of those, in the journal's order (a request's record right after it, a call's start
+right before its result unless it was interrupted), and the journal verifies."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +17,11 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.context.compaction import COMPACTION_INSTRUCTION
-from contextfold.context.rebuild import verify_requests
+from contextfold.context.materialized import ContextMaterialized
+from contextfold.context.rebuild import RequestRecorded, verify_requests
 from contextfold.journal import Journal, open_journal
 from contextfold.runtime.loop import Agent, system_prompt
+from contextfold.runtime.scheduling import AgentHalted
 from contextfold.store.memory import MemoryStore
 from contextfold.testing import counter_ids
 from tests.runtime.helpers import STREAM, fixed_clock
@@ -73,10 +76,36 @@ class Scripted:
         )
 
 
-async def _journal_of(
-    script: list[list[tuple[list[tuple[str, str]], int | None]]], ahead: bool, max_steps: int
-) -> tuple[list[tuple[Any, ...]], Journal]:
-    journal = open_journal("memory://", clock=fixed_clock(), ids=counter_ids())
+ADDED = cf.ContextAdded.event_type
+# What one step of the agent appends, by the event types of the append.
+STEP_APPENDS = {
+    (cf.LlmRequestRequested.event_type, RequestRecorded.event_type),  # with its record
+    (RequestRecorded.event_type,),  # the record of a request another writer came after
+    (cf.LlmResponse.event_type, ADDED),  # the output and its item
+    (cf.ToolCallStarted.event_type,),
+    (cf.ToolCallResult.event_type, ADDED),  # a result and the item the model reads
+    (ADDED,),  # a summary (and the test's own user turns)
+    (AgentHalted.event_type,),
+}
+
+
+class RecordingStore(MemoryStore):
+    """Notes the event types of every append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.appends: list[tuple[str, ...]] = []
+
+    async def append(self, namespace: str, stream: str, events: Any, **options: Any) -> Any:
+        self.appends.append(tuple(event.type for event in events))
+        return await super().append(namespace, stream, events, **options)
+
+
+async def _run_script(
+    script: list[list[tuple[list[tuple[str, str]], int | None]]], max_steps: int
+) -> tuple[Journal, RecordingStore]:
+    store = RecordingStore()
+    journal = Journal(store, clock=fixed_clock(), ids=counter_ids())
     agent = Agent(
         journal,
         STREAM,
@@ -85,38 +114,51 @@ async def _journal_of(
         context_window=4_000,  # 3,000 tokens reported crosses the threshold (2,000)
         content_limit=1_000,
         budgets=cf.TurnBudgets(user=3),
+        materialize_every=25,
     )
-    agent._ahead = ahead
-    agent.materialize_every = 25
     await journal.append(STREAM, system_prompt("You read files."))
-    errors: list[tuple[Any, ...]] = []
     for k in range(len(script)):
         await journal.append(STREAM, cf.ContextAdded(role="user", content=f"turn {k}"))
         for _ in range(3):  # a run cut short by max_steps goes on in the next
-            try:
+            with contextlib.suppress(cf.CompactionError):  # still over the threshold
                 await agent.run_until_idle(max_steps=max_steps)
-            except cf.ContextfoldError as exc:  # still over the threshold: the same either way
-                errors.append((type(exc), str(exc)))
-    events: list[tuple[Any, ...]] = [
-        (e.position, e.type, e.data, e.meta) async for e in journal.read_all(STREAM)
-    ]
-    return [*events, *errors], journal
+    return journal, store
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(script=turns, max_steps=st.sampled_from([1, 2, 3, 1000]))
-def test_steps_appended_ahead_leave_the_journal_of_steps_on_their_own(
+def test_each_step_appends_once_in_the_journal_s_order(
     script: list[list[tuple[list[tuple[str, str]], int | None]]], max_steps: int
 ) -> None:
-    async def both() -> None:
-        ahead, journal = await _journal_of(script, True, max_steps)
-        alone, other = await _journal_of(script, False, max_steps)
-        assert ahead == alone
+    async def check() -> None:
+        journal, store = await _run_script(script, max_steps)
+        for types in store.appends:
+            if (
+                ContextMaterialized.event_type in types
+                or "checkpoint/" in types[0]
+                or ("/snapshot/" in types[0])
+            ):
+                continue  # a materialization (its own module's tests say what it appends)
+            assert types in STEP_APPENDS, types
+        stored = [e async for e in journal.read_all(STREAM)]
+        for index, event in enumerate(stored):
+            if event.type == cf.LlmRequestRequested.event_type:
+                following = stored[index + 1]
+                assert following.type == RequestRecorded.event_type
+                assert RequestRecorded.model_validate_json(following.data).request_offset == (
+                    event.position
+                )
+            if event.type == cf.ToolCallStarted.event_type:
+                # Nothing of the agent's comes between a call's start and its result.
+                call = event.payload["tool_call_id"]
+                after = (e for e in stored[index + 1 :] if e.type != ADDED)
+                result = next(after)
+                assert result.type == cf.ToolCallResult.event_type
+                assert result.payload["tool_call_id"] == call
         assert await verify_requests(journal, STREAM) == ()
         await journal.close()
-        await other.close()
 
-    asyncio.run(both())
+    asyncio.run(check())
 
 
 class CountingStore(MemoryStore):
@@ -127,9 +169,9 @@ class CountingStore(MemoryStore):
         return await super().append(*args, **options)
 
 
-async def test_a_tool_turn_takes_four_appends_of_the_agent() -> None:
-    """The request and its record, the response and its call's start, the result and the
-    next request and its record, the answer: four appends where there were eight."""
+async def test_a_tool_turn_takes_six_appends_of_the_agent() -> None:
+    """The request with its record, the response with its item, the call's start, the
+    result with its item, the next request with its record, the answer with its item."""
     store = CountingStore()
     journal = Journal(store, clock=fixed_clock())
     script = [[([("lookup", '{"path": "a.py"}')], None), ([], None)]]
@@ -140,14 +182,14 @@ async def test_a_tool_turn_takes_four_appends_of_the_agent() -> None:
     before = store.appends
     report = await agent.run_until_idle()
     assert (report.steps, report.tool_calls, len(report.requests)) == (3, 1, 2)
-    assert store.appends - before == 4
+    assert store.appends - before == 6
     assert await verify_requests(journal, STREAM) == ()
 
 
 @pytest.mark.parametrize("at", ["response", "result"])
-async def test_another_writer_between_steps_gets_the_steps_appended_alone(at: str) -> None:
-    """An item appended while the model answers (or a tool runs) makes the append ahead
-    land nowhere: the steps append on their own, after it, and the journal verifies."""
+async def test_another_writer_between_steps_is_in_the_next_request(at: str) -> None:
+    """An item appended while the model answers (or a tool runs) lands between two steps:
+    the next request is built from the journal with it, and the journal verifies."""
     journal = open_journal("memory://", clock=fixed_clock())
     script = [[([("lookup", '{"path": "a.py"}')], None), ([], None)]]
     scripted = Scripted(script)
