@@ -1,8 +1,8 @@
-"""A request and its record go in one append: the record is rendered from the context with
-the request folded in before either is stored, so the journal holds what two appends
-stored (the same events, order, actors, channels and clock readings) and verifies; when
-the stream is not where the context was read, the two appends go as before, after what
-landed."""
+"""A request and its record go in one append: the record's body is built from the context
+the request is made from, with the header and time the journal gives the request, so the
+journal holds what two appends stored (the same events, order, actors, channels and clock
+readings) and verifies; when the stream is not where the context was read, the two
+appends go as before, after what landed."""
 
 from __future__ import annotations
 
