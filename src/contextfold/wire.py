@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -55,6 +55,7 @@ __all__ = [
     "ToolDefinition",
     "Transport",
     "Usage",
+    "WrittenArray",
     "body_size",
     "register_renderer",
     "render_body",
@@ -302,6 +303,9 @@ class RenderedRequest:
     """Compact JSON bytes in the transport's fixed key order: send these bytes unchanged."""
     sha256: str = field(default="")
     """Hex SHA-256 of `body`; computed when not given."""
+    _written: WrittenArray | None = field(default=None, init=False, compare=False, repr=False)
+    # What render_request(previous=this) reuses: set by render_request only (a copy made
+    # with dataclasses.replace has none, so it never describes another body).
 
     def __post_init__(self) -> None:
         digest = sha256_hex(self.body)
@@ -341,12 +345,33 @@ class JsonArray:
 
     elements: tuple[orjson.Fragment, ...]
     size: int
+    kept: object = field(default=None, compare=False, repr=False)
+    """What the renderer keeps to serialize a later array from this one, once it is written
+    (its own value: handed back to it in a :class:`WrittenArray`, never read here)."""
 
 
-Renderer = Callable[[NeutralRequest], dict[str, Any]]
-"""A transport's body builder: a pure function from a request to a fresh dict whose key
-insertion order is the wire order, its values JSON or a :class:`JsonArray` the renderer
-serialized itself. Raises RenderError for what the transport cannot send."""
+@dataclass(frozen=True, slots=True)
+class WrittenArray:
+    """A renderer's :class:`JsonArray` as written at the end of a body: its bytes are
+    ``body[at:at + size]``, and ``kept`` is what the renderer kept with it."""
+
+    body: bytes
+    at: int
+    kept: object
+
+
+class Renderer(Protocol):
+    """A transport's body builder: a pure function from a request to a fresh dict whose key
+    insertion order is the wire order, its values JSON or a :class:`JsonArray` the renderer
+    serialized itself. ``previous`` is the array of an earlier body for the same transport
+    (see :func:`render_request`): the renderer may copy what the two requests share from it,
+    and gives the bytes it gives without it. Raises RenderError for what the transport
+    cannot send."""
+
+    def __call__(
+        self, request: NeutralRequest, previous: WrittenArray | None = None, /
+    ) -> dict[str, Any]: ...
+
 
 _RENDERERS: dict[str, Renderer] = {}
 
@@ -365,13 +390,31 @@ def register_renderer(transport: Transport, renderer: Renderer) -> None:
     _RENDERERS[transport] = renderer
 
 
-def render_request(request: NeutralRequest, transport: Transport) -> RenderedRequest:
+def render_request(
+    request: NeutralRequest, transport: Transport, *, previous: RenderedRequest | None = None
+) -> RenderedRequest:
     """Render ``request`` for ``transport``, its body hashed. Pure: equal requests give equal
-    bytes (a renderer reuses what it serialized of an earlier request: ``render.assembly``).
+    bytes, with or without ``previous``.
+
+    ``previous``: an earlier request rendered by this function (for an agent, the one it
+    sent last). The messages the two requests begin with are copied from its body instead
+    of serialized again (``render.assembly``), so a request extending it costs its new
+    messages. One rendered for another transport is not used.
 
     Raises RenderError when the transport is unknown or the request cannot be sent on it.
     """
-    return RenderedRequest(transport=transport, body=render_body(request, transport))
+    written = None
+    if previous is not None and previous.transport == transport:
+        written = previous._written
+    body = _renderer(transport)(request, written)
+    data = _encode(body, transport)
+    rendered = RenderedRequest(transport=transport, body=data)
+    # Dict order is write order: a JsonArray last in the body ends just before its "}".
+    last = next(reversed(body.values()), None)
+    if isinstance(last, JsonArray) and last.kept is not None:
+        kept = WrittenArray(data, len(data) - 1 - last.size, last.kept)
+        object.__setattr__(rendered, "_written", kept)
+    return rendered
 
 
 def render_body(request: NeutralRequest, transport: Transport) -> bytes:

@@ -1,7 +1,7 @@
-"""Bodies assembled from what is new equal bodies rendered from nothing, byte for byte, for
-any sequence of requests (growing histories, broken pairing, calls answered late or never,
-repeated ids, other requests in between); broken requests raise the plain path's error;
-a request extending an earlier one serializes only its new messages."""
+"""Bodies assembled from what is new since a previous body equal bodies rendered from nothing,
+byte for byte, for any sequence of requests (growing histories, broken pairing, calls
+answered late or never, repeated ids, other requests in between); broken requests raise the
+plain path's error; a request extending the previous one serializes only its new messages."""
 
 from __future__ import annotations
 
@@ -19,7 +19,14 @@ from contextfold import wire
 from contextfold.errors import RenderError
 from contextfold.render import assembly, openai_chat, openai_responses
 from contextfold.render.pairing import order_tool_results
-from contextfold.wire import ImagePart, NeutralMessage, NeutralRequest, ToolCall, Transport
+from contextfold.wire import (
+    ImagePart,
+    NeutralMessage,
+    NeutralRequest,
+    RenderedRequest,
+    ToolCall,
+    Transport,
+)
 
 TRANSPORTS: tuple[Transport, ...] = ("openai-chat", "openai-responses")
 IMAGE = ImagePart(media_type="image/png", url="https://example.com/cat.png")
@@ -43,6 +50,17 @@ def outcome(render: Any, request: NeutralRequest, transport: Transport) -> bytes
         return done if isinstance(done, int) else bytes(done)
     except RenderError as exc:
         return f"RenderError: {exc}"
+
+
+class _After:
+    """Renders each request with the one rendered before it as ``previous``."""
+
+    def __init__(self) -> None:
+        self.previous: RenderedRequest | None = None
+
+    def __call__(self, request: NeutralRequest, transport: Transport) -> bytes:
+        self.previous = wire.render_request(request, transport, previous=self.previous)
+        return self.previous.body
 
 
 def _sized(request: NeutralRequest, transport: Transport) -> int:
@@ -90,16 +108,20 @@ def test_assembled_bodies_equal_bodies_rendered_from_nothing(
     transport: Transport,
 ) -> None:
     head = NeutralMessage(role="system", content="prompt")
+    after = _After()
     for n, cut in enumerate(sorted(cuts)):
         tail = NeutralMessage(role="user", content=f"time {n}", cache_breakpoint=True)
         messages = (head, *history[:cut], tail)
         request = NeutralRequest(model="m", system="protocol", messages=messages, max_tokens=9)
-        assert outcome(wire.render_body, request, transport) == outcome(plain, request, transport)
+        expected = outcome(plain, request, transport)
+        assert outcome(wire.render_body, request, transport) == expected
+        assert outcome(after, request, transport) == expected
         assert outcome(_sized, request, transport) == outcome(_plain_size, request, transport)
+        # Another request in between (its system text differs: the lead is never reused).
         unrelated = NeutralRequest(model="m", system="", messages=(head, *other, tail))
-        assert outcome(wire.render_body, unrelated, transport) == outcome(
-            plain, unrelated, transport
-        )
+        expected = outcome(plain, unrelated, transport)
+        assert outcome(wire.render_body, unrelated, transport) == expected
+        assert outcome(after, unrelated, transport) == expected
 
 
 def _conversation(turns: int) -> tuple[NeutralMessage, ...]:
@@ -120,7 +142,7 @@ def test_a_longer_request_serializes_only_its_new_messages(
     history = _conversation(40)
     tail = NeutralMessage(role="user", content="now", cache_breakpoint=True)
     first = NeutralRequest(model="m", system="protocol", messages=(*history, tail))
-    wire.render_body(first, transport)
+    previous = wire.render_request(first, transport)
     encoded: list[NeutralMessage] = []
     module = openai_chat if transport == "openai-chat" else openai_responses
     units: assembly.Encode = module._units
@@ -132,23 +154,20 @@ def test_a_longer_request_serializes_only_its_new_messages(
     monkeypatch.setattr(module, "_units", counting)
     more = NeutralMessage(role="user", content="one more")
     second = NeutralRequest(model="m", system="protocol", messages=(*history, more, tail))
-    body = wire.render_body(second, transport)
+    body = wire.render_request(second, transport, previous=previous).body
     assert encoded == [more, tail]  # the 161 messages before were serialized once, before
     assert body == plain(second, transport)
+    encoded.clear()
+    assert wire.render_request(second, transport).body == body  # without previous: all
+    assert len(encoded) == len(second.messages)
 
 
-def test_the_assemblies_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(assembly, "_RECENT_MAX", 3)
-    monkeypatch.setattr(assembly, "_RECENT", type(assembly._RECENT)())
-    monkeypatch.setattr(assembly, "_held", 0)
-    for n in range(10):
-        messages = (NeutralMessage(role="user", content=f"stream {n}"), *_conversation(2)[1:])
-        wire.render_body(NeutralRequest(model="m", system="", messages=messages), "openai-chat")
-    assert len(assembly._RECENT) == 3
-    assert assembly._held == sum(entry.size for entry in assembly._RECENT.values())
-    monkeypatch.setattr(assembly, "_RECENT_BYTES", 1)  # one body is over it: none is kept
-    wire.render_body(NeutralRequest(model="m", system="", messages=_conversation(3)), "openai-chat")
-    assert len(assembly._RECENT) == 0 and assembly._held == 0
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_previous_body_of_another_transport_is_not_read(transport: Transport) -> None:
+    first = NeutralRequest(model="m", system="protocol", messages=_conversation(3))
+    other: Transport = "openai-responses" if transport == "openai-chat" else "openai-chat"
+    elsewhere = wire.render_request(first, other)
+    assert wire.render_request(first, transport, previous=elsewhere).body == plain(first, transport)
 
 
 def test_what_a_renderer_serialized_is_not_scanned_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -196,14 +215,19 @@ def test_a_request_extending_the_previous_one_does_not_walk_its_calls(
 ) -> None:
     history = _conversation(30)
     first = NeutralRequest(model="m", system="protocol", messages=history)
-    wire.render_body(first, transport)
-    key = (transport, history[0], history[1])
-    kept = assembly._RECENT[key]
-    assert len(kept.call_at) == 30
-    assembly._RECENT[key] = dataclasses.replace(kept, call_at=_Unwalked(kept.call_at))
+    previous = wire.render_request(first, transport)
+    written = previous._written
+    assert written is not None and isinstance(written.kept, assembly._Kept)
+    assert len(written.kept.call_at) == 30
+    unwalked = dataclasses.replace(written.kept, call_at=_Unwalked(written.kept.call_at))
+    object.__setattr__(previous, "_written", dataclasses.replace(written, kept=unwalked))
     more = NeutralMessage(role="user", content="one more")
     second = NeutralRequest(model="m", system="protocol", messages=(*history, more))
-    assert wire.render_body(second, transport) == plain(second, transport)
+    assert wire.render_request(second, transport, previous=previous).body == plain(
+        second, transport
+    )
     # A request sharing less than the whole earlier one still drops the calls after it.
     shorter = NeutralRequest(model="m", system="protocol", messages=(*history[:-8], more))
-    assert wire.render_body(shorter, transport) == plain(shorter, transport)
+    assert wire.render_request(shorter, transport, previous=previous).body == plain(
+        shorter, transport
+    )

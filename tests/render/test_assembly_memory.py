@@ -1,12 +1,13 @@
-"""An assembly kept for the next request holds its serialized messages at their size: the
-bytes orjson reserved while writing them (many times a long text) are not kept with them;
-a long content is written in pieces, so writing it never reserves many times its size, and
-gives the bytes writing it whole gives."""
+"""A rendered request kept for the next one holds about its body: what the renderer keeps
+to assemble the next request points into that body, it holds no copy of the serialized
+messages; a long content is written in pieces, so writing it never reserves many times its
+size, and gives the bytes writing it whole gives."""
 
 from __future__ import annotations
 
 import gc
 import tracemalloc
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -22,28 +23,33 @@ from .test_assembly import plain
 SIZE = 256 * 1024
 
 
+def _held(make: Callable[[], object]) -> tuple[int, object]:
+    """Bytes still allocated by ``make()`` while its value is held, and the value."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        value = make()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before, value
+    finally:
+        tracemalloc.stop()
+
+
 @pytest.mark.parametrize("transport", ["openai-chat", "openai-responses"])
-def test_a_kept_assembly_holds_about_its_bytes(transport: Transport) -> None:
+def test_a_rendered_request_holds_about_its_body(transport: Transport) -> None:
     messages = (
         NeutralMessage(role="user", content=f"kept by {transport}"),
         NeutralMessage(role="user", content="x" * SIZE),
         NeutralMessage(role="user", content="end"),
     )
     request = NeutralRequest(model="m", system="protocol", messages=messages)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        body = wire.render_body(request, transport)
-        assert len(body) > SIZE
-        del body
-        gc.collect()
-        held = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
-    assert (transport, messages[0], messages[1]) in assembly._RECENT
-    # The long message's one serialized copy, and small change; orjson reserved ~16x.
-    assert held < 2 * SIZE, held
+    body, written = _held(lambda: wire.render_body(request, transport))
+    held, rendered = _held(lambda: wire.render_request(request, transport))
+    assert isinstance(rendered, wire.RenderedRequest) and rendered.body == written
+    assert rendered._written is not None  # kept for the next request
+    # The body as orjson allocated it, and small change: the long message once.
+    assert held - body < SIZE // 8, (held, body)
 
 
 def _peak_writing(request: NeutralRequest, transport: Transport) -> int:
@@ -94,5 +100,4 @@ def test_a_content_written_in_pieces_is_the_content_written_whole(
     request = NeutralRequest(model="m", system="s", messages=tuple(messages))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(assembly, "_PIECE", 3)  # every text of over 3 characters in pieces
-        patch.setattr(assembly, "_RECENT", type(assembly._RECENT)())
         assert wire.render_body(request, transport) == plain(request, transport)

@@ -45,7 +45,15 @@ from typing import Any
 
 from ..canonical import loads
 from ..errors import RenderError
-from ..wire import ImagePart, ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from ..wire import (
+    ImagePart,
+    ModelOutput,
+    NeutralMessage,
+    NeutralRequest,
+    ToolCall,
+    Usage,
+    WrittenArray,
+)
 from .pairing import order_tool_results
 
 __all__ = [
@@ -81,8 +89,11 @@ class _Turn:
     blocks: list[_Block]
 
 
-def render_anthropic(request: NeutralRequest) -> dict[str, Any]:
-    """The Messages body as a fresh dict.
+def render_anthropic(
+    request: NeutralRequest, previous: WrittenArray | None = None
+) -> dict[str, Any]:
+    """The Messages body as a fresh dict, built whole: ``previous`` is not read (turns merge
+    across messages and the cache markers move with each request).
 
     Raises RenderError when ``max_tokens`` is missing, no user or assistant message
     remains, tool pairing is broken, or tool call arguments are not a JSON object.

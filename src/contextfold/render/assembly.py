@@ -1,32 +1,32 @@
-"""Assembling a body's message array from what is new: the serialized messages of a recent
-request that this one begins with are reused, so a request costs its new messages plus a
-copy of bytes, not a walk of its whole history.
+"""Assembling a body's message array from what is new: the serialized messages an earlier
+body begins with are copied from it, so a request extending the one rendered before costs
+its new messages plus a copy of bytes, not a walk of its whole history.
 
 A transport renders each message on its own into JSON units (one or more array elements,
 ``encode``), in the order of ``pairing.order_tool_results``: every result directly after
 its call. A *closed* prefix of the messages (every call in it answered in it) is ordered
 the same way inside any longer request, so its units are a prefix of the longer request's
-units. :func:`assemble` finds the newest request assembled from the same first messages,
-takes the longest closed prefix the two share, and orders and encodes only what follows;
-pairing is checked for the new messages against the calls of the prefix. Whatever it
-cannot do that way (broken pairing, a value orjson refuses) it leaves to the transport's
-plain path, which raises the one error for it: :class:`Unassembled`.
+units, written one after another. :func:`assemble` is given the array of an earlier body
+(``previous``, a `wire.WrittenArray`: the caller keeps it, nothing is kept here), takes the
+longest closed prefix the two requests share, copies its units from that body in one
+piece, and orders and encodes only what follows; pairing is checked for the new messages
+against the calls of the prefix. Whatever it cannot do that way (broken pairing, a value
+orjson refuses) it leaves to the transport's plain path, which raises the one error for it:
+:class:`Unassembled`.
 
-Pure: equal messages give equal bytes, whatever was assembled before.
+Pure: equal messages give equal bytes, with any ``previous`` or none.
 """
 
 from __future__ import annotations
 
-import threading
 from bisect import bisect_right
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
 import orjson
 
-from ..wire import JsonArray, NeutralMessage
+from ..wire import JsonArray, NeutralMessage, WrittenArray
 
 __all__ = ["Encode", "Unassembled", "assemble"]
 
@@ -39,12 +39,14 @@ class Unassembled(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _Assembled:
+class _Kept:
+    """What an assembled array keeps to assemble a later one from its written bytes."""
+
     messages: tuple[NeutralMessage, ...]
-    units: tuple[orjson.Fragment, ...]
-    """Every unit of ``messages``, in wire order."""
+    first: int
+    """Where the first unit starts in the written array (after ``[`` and the lead units)."""
     ends: tuple[int, ...]
-    """``ends[i]``: the bytes of ``units[:i]`` (from ``ends[0] == 0``)."""
+    """``ends[i]``: the bytes of the first ``i`` units, separators left out (``ends[0] == 0``)."""
     closed: tuple[int, ...]
     """Lengths of the closed prefixes of ``messages``, ascending (0 first)."""
     closed_units: tuple[int, ...]
@@ -52,63 +54,57 @@ class _Assembled:
     call_at: dict[str, int]
     """Index of the message making each call, in message order (read only)."""
 
-    @property
-    def size(self) -> int:
-        return self.ends[-1]
-
-
-# The newest assembly by (transport, first two messages); bounded in entries and bytes (the
-# units hold their bytes and no more, see ``assemble``).
-_RECENT: OrderedDict[tuple[str, NeutralMessage, NeutralMessage], _Assembled] = OrderedDict()
-_RECENT_MAX = 64
-_RECENT_BYTES = 32 * 1024 * 1024
-_LOCK = threading.Lock()
-_held = 0
-
 
 def assemble(
-    transport: str,
     messages: tuple[NeutralMessage, ...],
     encode: Encode,
     lead: tuple[bytes, ...] = (),
+    previous: WrittenArray | None = None,
 ) -> JsonArray:
     """The JSON array of ``lead`` (units before the messages) and the units of ``messages``
-    in wire order, to embed in a body as it is (or to measure).
+    in wire order, to embed in a body as it is (or to measure); it keeps what a later
+    request needs to be assembled from it once it is written. ``previous``: an array this
+    function assembled for an earlier body of the same transport, as written there.
 
     Raises Unassembled when pairing is broken or a unit does not encode; the transport then
     renders plainly and raises its error there.
     """
-    key = (transport, messages[0], messages[1]) if len(messages) >= 2 else None
-    base = _RECENT.get(key) if key is not None else None
+    base = previous.kept if previous is not None else None
     start = 0
     closed: tuple[int, ...] = (0,)
     closed_units: tuple[int, ...] = (0,)
-    units: tuple[orjson.Fragment, ...] = ()
     ends: tuple[int, ...] = (0,)
     call_at: dict[str, int] = {}
-    if base is not None:
+    shared: tuple[orjson.Fragment, ...] = ()
+    if previous is not None and isinstance(base, _Kept):
         at = bisect_right(base.closed, _common_prefix(messages, base.messages)) - 1
-        start = base.closed[at]
+        start, count = base.closed[at], base.closed_units[at]
         closed, closed_units = base.closed[: at + 1], base.closed_units[: at + 1]
-        units, ends = base.units[: closed_units[-1]], base.ends[: closed_units[-1] + 1]
+        ends = base.ends[: count + 1]
+        if count:
+            # The shared units, with the commas between them, as one piece of the array.
+            begin = previous.at + base.first
+            shared = (orjson.Fragment(previous.body[begin : begin + ends[-1] + count - 1]),)
         # Calls are kept in message order: when the last is before start, all of them are
         # (copied in C, not walked: a request extending the previous one costs its new
         # messages, not the calls of the whole history).
         call_at = base.call_at.copy()
         while call_at and next(reversed(call_at.values())) >= start:
             call_at.popitem()  # the last made: only the calls after start are walked
-    added, more_closed, more_units = _order(messages, start, call_at, encode, len(units))
-    # Copied to their size: orjson's output keeps the buffer it reserved, at least 4 KiB
-    # and about 16 bytes per character of a long string, which a kept unit would hold.
-    units += tuple(orjson.Fragment(bytes(memoryview(unit))) for unit in added)
+    added, more_closed, more_units = _order(messages, start, call_at, encode, len(ends) - 1)
     ends += tuple(accumulate(map(len, added), initial=ends[-1]))[1:]
-    if key is not None:
-        closed, closed_units = closed + more_closed, closed_units + more_units
-        _keep(key, _Assembled(messages, units, ends, closed, closed_units, call_at))
-    heads = tuple(map(orjson.Fragment, lead))
-    elements = heads + units
-    size = 2 + sum(map(len, lead)) + ends[-1] + max(len(elements) - 1, 0)  # [ , ]
-    return JsonArray(elements, size)
+    written = sum(map(len, lead))
+    kept = _Kept(
+        messages,
+        1 + written + len(lead),
+        ends,
+        closed + more_closed,
+        closed_units + more_units,
+        call_at,
+    )
+    elements = (*map(orjson.Fragment, lead), *shared, *map(orjson.Fragment, added))
+    size = 2 + written + ends[-1] + max(len(lead) + len(ends) - 2, 0)  # [ , ]
+    return JsonArray(elements, size, kept)
 
 
 def _order(
@@ -213,13 +209,3 @@ def _common_prefix(a: tuple[NeutralMessage, ...], b: tuple[NeutralMessage, ...])
         else:
             high = mid
     return low
-
-
-def _keep(key: tuple[str, NeutralMessage, NeutralMessage], assembled: _Assembled) -> None:
-    global _held
-    with _LOCK:
-        replaced = _RECENT.pop(key, None)
-        _held += assembled.size - (replaced.size if replaced is not None else 0)
-        _RECENT[key] = assembled
-        while _RECENT and (len(_RECENT) > _RECENT_MAX or _held > _RECENT_BYTES):
-            _held -= _RECENT.popitem(last=False)[1].size

@@ -20,17 +20,19 @@ from typing import Any
 
 import orjson
 
-from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage, WrittenArray
 from .assembly import Unassembled, assemble
 from .pairing import order_tool_results
 
 __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_chat"]
 
 
-def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
+def render_openai_chat(
+    request: NeutralRequest, previous: WrittenArray | None = None
+) -> dict[str, Any]:
     """The Chat Completions body as a fresh dict, its ``messages`` array serialized here (a
-    ``JsonArray`` assembled from what is new, see ``assembly``). Raises RenderError on bad
-    tool pairing."""
+    ``JsonArray`` assembled from what is new since ``previous``, see ``assembly``). Raises
+    RenderError on bad tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.tools:
         body["tools"] = [
@@ -55,18 +57,18 @@ def render_openai_chat(request: NeutralRequest) -> dict[str, Any]:
         # Usage arrives only on request when streaming; compaction needs it.
         body["stream_options"] = {"include_usage": True}
     # The growing history goes last, after everything that stays the same across requests.
-    body["messages"] = _messages(request)
+    body["messages"] = _messages(request, previous)
     return body
 
 
-def _messages(request: NeutralRequest) -> Any:
+def _messages(request: NeutralRequest, previous: WrittenArray | None) -> Any:
     """The messages array: assembled, or plain dicts when it cannot be (then the plain path
     raises the error: broken pairing here, a value that is not JSON when it is encoded)."""
     leading = [{"role": "system", "content": request.system}] if request.system else []
     if request.messages:
         try:
             lead = tuple(orjson.dumps(m) for m in leading)
-            return assemble("openai-chat", request.messages, _units, lead)
+            return assemble(request.messages, _units, lead, previous)
         except (Unassembled, TypeError):
             pass
     return [*leading, *(_message(m) for m in order_tool_results(request.messages))]

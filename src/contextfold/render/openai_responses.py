@@ -22,17 +22,19 @@ from typing import Any
 
 import orjson
 
-from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage
+from ..wire import ModelOutput, NeutralMessage, NeutralRequest, ToolCall, Usage, WrittenArray
 from .assembly import Unassembled, assemble
 from .pairing import order_tool_results
 
 __all__ = ["StreamReader", "parse_response", "parse_usage", "render_openai_responses"]
 
 
-def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
+def render_openai_responses(
+    request: NeutralRequest, previous: WrittenArray | None = None
+) -> dict[str, Any]:
     """The Responses body as a fresh dict, its ``input`` array serialized here (a
-    ``JsonArray`` assembled from what is new, see ``assembly``). Raises RenderError on bad
-    tool pairing."""
+    ``JsonArray`` assembled from what is new since ``previous``, see ``assembly``). Raises
+    RenderError on bad tool pairing."""
     body: dict[str, Any] = {"model": request.model}
     if request.system:
         body["instructions"] = request.system
@@ -54,16 +56,16 @@ def render_openai_responses(request: NeutralRequest) -> dict[str, Any]:
     if request.stream:
         body["stream"] = True
     # The growing history goes last, after everything that stays the same across requests.
-    body["input"] = _input(request)
+    body["input"] = _input(request, previous)
     return body
 
 
-def _input(request: NeutralRequest) -> Any:
+def _input(request: NeutralRequest, previous: WrittenArray | None) -> Any:
     """The input array: assembled, or plain dicts when it cannot be (then the plain path
     raises the error: broken pairing here, a value that is not JSON when it is encoded)."""
     if request.messages:
         try:
-            return assemble("openai-responses", request.messages, _units)
+            return assemble(request.messages, _units, previous=previous)
         except (Unassembled, TypeError):
             pass
     return [item for message in order_tool_results(request.messages) for item in _items(message)]
