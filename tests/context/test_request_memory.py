@@ -1,7 +1,7 @@
-"""What a request is built and rendered from is memoized only while a state holds it: once
-no state has an item (a compaction took it out, or its state was dropped), its rendered
-text, messages and the histories built from it are collected with it, and requests built
-afterwards equal requests built from nothing."""
+"""What building and rendering keep is held by their values only: a build passed on from
+request to request holds the items its request was built from, so once a compaction took
+items out, the builds and bodies after it no longer hold them; and requests built that way
+equal requests built from nothing."""
 
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ import contextfold.render  # noqa: F401  (registers the built-in renderers)
 from contextfold.context import (
     Actor,
     AgentContextState,
+    Built,
     ContextAdded,
     LlmRequestRequested,
     RequestHeader,
-    _item_memo,
+    build,
     build_request,
     fold_context,
     summary_item,
 )
 from contextfold.events import Envelope, Event, EventMeta
 from contextfold.testing import envelope
-from contextfold.wire import render_request
+from contextfold.wire import RenderedRequest, render_request
 
 HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512, content_limit=60)
 
@@ -58,35 +59,41 @@ def _session(turns: list[str], compact_at: int) -> list[AgentContextState]:
 @given(
     turns=st.lists(st.text(max_size=80), min_size=2, max_size=12),
     compact=st.integers(min_value=0, max_value=10),
+    through=st.booleans(),
 )
-def test_items_no_state_holds_are_not_kept_by_the_memos(turns: list[str], compact: int) -> None:
+def test_the_builds_after_a_compaction_hold_none_of_the_items_it_took_out(
+    turns: list[str], compact: int, through: bool
+) -> None:
     compact_at = compact % (len(turns) - 1)  # a later turn is summarized
     states = _session(turns, compact_at)
-    bodies = [render_request(build_request(s), "openai-chat").body for s in states]
+    built: Built | None = None
+    rendered: RenderedRequest | None = None
+    for number, state in enumerate(states):
+        # A build with through measures the history's span, which is passed on too.
+        cut = state.request_offset if through or number == compact_at else None
+        built = build(state, through=cut, previous=built)
+        rendered = render_request(built.request, "openai-chat", previous=rendered)
+        assert built.request == build_request(state)
+        assert rendered.body == render_request(build_request(state), "openai-chat").body
     early = [weakref.ref(item) for item in states[compact_at].history]
     newest = states[-1]
     assert not any(ref() in newest.history for ref in early)  # the summary replaced them
-    del states
+    del states, state
     gc.collect()
     assert [ref() for ref in early] == [None] * len(early)
-    # The newest request is the same from its memos and from nothing.
-    again = render_request(build_request(newest), "openai-chat").body
-    assert again == bodies[-1]
-    kept = _item_memo._MEMOS
-    _item_memo._MEMOS = {}
-    try:
-        fresh = render_request(build_request(newest.model_copy(deep=True)), "openai-chat").body
-    finally:
-        _item_memo._MEMOS = kept
-    assert fresh == again
+    assert built is not None and built.request == build_request(newest.model_copy(deep=True))
 
 
-def test_a_history_memo_holds_no_item_after_its_state_is_gone() -> None:
+def test_nothing_is_kept_once_the_states_and_builds_are_dropped() -> None:
     states = _session([f"question {n}" for n in range(6)], compact_at=100)
+    built: Built | None = None
+    rendered: RenderedRequest | None = None
     for state in states:  # each extends the one before: built from what is new
-        build_request(state)
-        build_request(state, through=state.request_offset)  # measures its span
+        built = build(state, previous=built)
+        built = build(state, through=state.request_offset, previous=built)
+        rendered = render_request(built.request, "openai-chat", previous=rendered)
+        render_request(build_request(state), "anthropic")
     refs = [weakref.ref(item) for item in states[-1].history]
-    del states, state
+    del states, state, built, rendered
     gc.collect()
     assert [ref() for ref in refs] == [None] * len(refs)

@@ -1,5 +1,7 @@
 """Requests from a context state: the reduced projection and a header snapshot to a
 `NeutralRequest` (:func:`build_request`), and to its exact wire body (:func:`render`).
+:func:`build` gives the same request with what a later build reuses (a :class:`Built`,
+passed back as ``previous``), so an agent's request costs its new items.
 
 Layout of every request (pure; the same state and header give equal requests):
 
@@ -47,7 +49,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -57,7 +59,6 @@ from ..canonical import canonical_json
 from ..errors import RenderError
 from ..wire import NeutralMessage, NeutralRequest, RenderedRequest, Role, Transport, render_request
 from ._header import ItemHeader, item_header, parse_item_header
-from ._item_memo import ItemMemo, memo_of
 from .attachments import attachment_line, image_part
 from .events import HEADER_START, PrefixMessage, RequestHeader
 from .evidence import cut_text
@@ -71,7 +72,9 @@ __all__ = [
     "PROTOCOL_2",
     "TAIL_PREFIX",
     "UNVERIFIED_CALLS",
+    "Built",
     "ItemHeader",
+    "build",
     "build_request",
     "is_own_answer",
     "item_header",
@@ -139,18 +142,8 @@ def item_headers(request: NeutralRequest) -> tuple[ItemHeader, ...]:
 def render_item(item: ContextItem, *, content_limit: int | None = None) -> str:
     """The message text of an item: its header line, a newline, then its content (cut to
     ``content_limit`` characters, see ``evidence.cut_text``), then one line per attached
-    file (``[File attached: cat.png (image/png)]``). Memoized while the item lives."""
-    return _text(memo_of(item), item, content_limit)
-
-
-def _text(memo: ItemMemo, item: ContextItem, content_limit: int | None, bare: bool = False) -> str:
-    texts = memo.texts
-    if texts is None:
-        texts = memo.texts = {}
-    text = texts.get((content_limit, bare))
-    if text is None:
-        text = texts[content_limit, bare] = _render_item(item, content_limit, bare)
-    return text
+    file (``[File attached: cat.png (image/png)]``)."""
+    return _render_item(item, content_limit)
 
 
 def _render_item(item: ContextItem, content_limit: int | None, bare: bool = False) -> str:
@@ -253,30 +246,15 @@ its tool calls, ``unverified`` one with its calls as text."""
 def item_message(
     item: ContextItem, sent: _Sent, *, content_limit: int | None = None, layout: int = 1
 ) -> NeutralMessage:
-    """The message of ``item`` sent as ``sent`` in ``layout``, its images included. Memoized
-    while the item lives, so equal requests share their message objects, and comparing
-    them (``render.assembly``) costs little."""
-    memo = memo_of(item)
-    messages = memo.messages
-    if messages is None:
-        messages = memo.messages = {}
+    """The message of ``item`` sent as ``sent`` in ``layout``, its images included."""
     bare = layout >= 2 and sent in ("calls", "unverified", "assistant") and is_own_answer(item)
-    key = (sent, content_limit, bare)
-    message: NeutralMessage | None = messages.get(key)
-    if message is None:
-        message = _with_images(_item_message(item, sent, content_limit, memo, bare), item)
-        messages[key] = message
-    return message
+    return _with_images(_item_message(item, sent, content_limit, bare), item)
 
 
 def _item_message(
-    item: ContextItem,
-    sent: _Sent,
-    content_limit: int | None,
-    memo: ItemMemo | None = None,
-    bare: bool = False,
+    item: ContextItem, sent: _Sent, content_limit: int | None, bare: bool = False
 ) -> NeutralMessage:
-    text = _text(memo if memo is not None else memo_of(item), item, content_limit, bare)
+    text = _render_item(item, content_limit, bare)
     if sent == "calls":
         return NeutralMessage(role="assistant", content=text, tool_calls=item.tool_calls)
     if sent == "unverified":
@@ -288,61 +266,29 @@ def _item_message(
     return NeutralMessage(role=sent, content=text)
 
 
-@dataclass(frozen=True, slots=True)
-class _Built:
-    """History messages built for a history, with the pairing's state after the last one.
-    ``later`` is the history after its first item (whose memo holds this)."""
-
-    later: tuple[ContextItem, ...]
-    messages: tuple[NeutralMessage, ...]
-    calls: frozenset[str]
-    answered: frozenset[str]
-
-
 def _history_messages(
-    history: tuple[ContextItem, ...],
-    developer: bool,
-    trusted: tuple[str, ...],
-    limit: int | None,
-    layout: int = 1,
-) -> tuple[NeutralMessage, ...]:
-    """The messages of ``history``, one per item in order. Memoized on the first item: the
-    newest history built from it, by how it was built. Pairing is prefix-stable, so a
-    history extending a built one only builds its new items: a request costs what is new;
-    one the built history extends (an earlier request, rebuilt) is a prefix of its messages."""
-    if not history:
-        return ()
-    memo = memo_of(history[0])
-    if memo.built is None:
-        memo.built = {}
-    key = (developer, trusted, limit, layout)
-    found: _Built | None = memo.built.get(key)
-    if (
-        found is not None
-        and len(history) <= len(found.later)
-        and history[1:] == found.later[: len(history) - 1]
-    ):
-        return found.messages[: len(history)]  # the built one is kept: it is the newest
+    history: tuple[ContextItem, ...], header: RequestHeader, parts: _Parts | None
+) -> tuple[tuple[NeutralMessage, ...], frozenset[str], frozenset[str]]:
+    """The messages of ``history``, one per item in order, and the pairing's calls and
+    answered calls after them. Pairing is prefix-stable, so when ``history`` begins with the
+    history ``parts`` were built from (identical items compare by identity: a C loop), only
+    its new items are built."""
     start = 0
     messages: tuple[NeutralMessage, ...] = ()
     calls: frozenset[str] = frozenset()
     answered: frozenset[str] = frozenset()
-    if found is not None and len(found.later) < len(history):
-        done = len(found.later) + 1
-        # Identical items compare by identity: a C loop, no item is compared field by field.
-        if history[1:done] == found.later:
-            if done == len(history):
-                return found.messages
-            start, messages = done, found.messages
-            calls, answered = found.calls, found.answered
-    pairing = _Pairing(limit, calls, answered, layout)
+    if parts is not None:
+        done = len(parts.history)
+        if done <= len(history) and history[:done] == parts.history:
+            start, messages = done, parts.messages
+            calls, answered = parts.calls, parts.answered
+    developer = header.has_developer_role
+    trusted = header.trusted_actor_types  # from the journal, never the live registry
+    pairing = _Pairing(header.content_limit, calls, answered, header.layout)
     added = tuple(
         pairing.message(item, wire_role(item, developer, trusted)) for item in history[start:]
     )
-    later = history[1:]
-    built = _Built(later, messages + added, pairing.calls, pairing.answered)
-    memo.built[key] = built
-    return built.messages
+    return messages + added, pairing.calls, pairing.answered
 
 
 def _lane_message(item: ContextItem, role: Role, content_limit: int | None) -> NeutralMessage:
@@ -366,50 +312,82 @@ def _with_breakpoint(messages: list[NeutralMessage], start: int = 0) -> None:
         )
 
 
-def _span(history: tuple[ContextItem, ...]) -> tuple[int, int, tuple[int, ...]]:
-    """(newest offset, newest compaction offset, newest offset through each item) of
-    ``history``, 0 when none. Memoized on the first item (the newest history measured from
-    it, without that item), so a history extending it is measured from its new items on."""
-    if not history:
-        return 0, 0, ()
-    memo = memo_of(history[0])
+@dataclass(frozen=True, slots=True)
+class _Span:
+    """Of a history: its newest offset, its newest compaction offset and the newest offset
+    through each item (0 when none)."""
+
+    history: tuple[ContextItem, ...]
+    newest: int
+    compacted: int
+    running: tuple[int, ...]
+
+
+def _span(history: tuple[ContextItem, ...], previous: _Span | None) -> _Span:
+    """The span of ``history``, measured from its new items on when it begins with the
+    history ``previous`` was measured over."""
     start, newest, compacted = 0, 0, 0
     running: tuple[int, ...] = ()
-    found: tuple[tuple[ContextItem, ...], int, int, tuple[int, ...]] | None = memo.span
-    # Identical items compare by identity: the prefix check is a C loop.
-    if found is not None and len(found[0]) < len(history):
-        done = len(found[0]) + 1
-        if history[1:done] == found[0]:
-            start, newest, compacted, running = done, found[1], found[2], found[3]
+    if previous is not None:
+        done = len(previous.history)
+        # Identical items compare by identity: the prefix check is a C loop.
+        if done <= len(history) and history[:done] == previous.history:
+            if done == len(history):
+                return previous
+            start, newest, compacted = done, previous.newest, previous.compacted
+            running = previous.running
     more: list[int] = []
     for item in history[start:]:
         newest = max(newest, item.offset)
         more.append(newest)
         if item.compaction is not None:
             compacted = max(compacted, item.offset)
-    running += tuple(more)
-    memo.span = (history[1:], newest, compacted, running)
-    return newest, compacted, running
+    return _Span(history, newest, compacted, running + tuple(more))
 
 
 def _select(
-    state: AgentContextState, through: int | None
+    state: AgentContextState, through: int, span: _Span
 ) -> tuple[tuple[ContextItem, ...], tuple[ContextItem, ...]]:
-    if through is None:
-        return state.system, state.history
-    newest, compacted, running = _span(state.history)
-    if compacted > through:
+    if span.compacted > through:
         raise RenderError(
             f"a compaction after @{through} removed items request @{through} saw; "
             f"fold the journal through @{through} to rebuild it"
         )
     history = state.history
-    if newest > through:
+    if span.newest > through:
         # Every item before the first whose running newest offset passes ``through`` is
         # kept (found by bisection): only the items from it on are looked at one by one.
-        kept = bisect_right(running, through)
+        kept = bisect_right(span.running, through)
         history = history[:kept] + tuple(i for i in history[kept:] if i.offset <= through)
     return tuple(item for item in state.system if item.offset <= through), history
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What a request was built from, and its parts a later build reuses."""
+
+    header: RequestHeader
+    system: tuple[ContextItem, ...]
+    """The system lane items ``lane`` was built from."""
+    lane: tuple[tuple[NeutralMessage, ...], tuple[NeutralMessage, ...]]
+    """The stable prefix and the lane's untrusted items (:func:`_lane`)."""
+    history: tuple[ContextItem, ...]
+    messages: tuple[NeutralMessage, ...]
+    """One per item of ``history``, without the request's breakpoint."""
+    calls: frozenset[str]
+    answered: frozenset[str]
+    span: _Span | None
+    """Of the state's whole history, once a build with ``through`` measured it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Built:
+    """A request built by :func:`build`, with what a later build reuses: pass it back as
+    ``previous``. Immutable; equal when their requests are."""
+
+    request: NeutralRequest
+    """The request: equal to :func:`build_request` with the same arguments."""
+    _parts: _Parts = field(compare=False, repr=False)
 
 
 def build_request(
@@ -430,6 +408,23 @@ def build_request(
 
     Raises RenderError when there is no header, or the state cannot give the request.
     """
+    return build(state, header, through=through, timestamp=timestamp).request
+
+
+def build(
+    state: AgentContextState,
+    header: RequestHeader | None = None,
+    *,
+    through: int | None = None,
+    timestamp: str | None = None,
+    previous: Built | None = None,
+) -> Built:
+    """:func:`build_request` (same arguments, request and errors) with what a later build
+    reuses. ``previous``: the build of an earlier request (an agent's last one). It is used
+    only as far as what it was built from equals what this request is built from: an equal
+    header (every rendering input is in it), the same system lane items, and a history
+    this one begins with, whose items are not built again. Anything else is built afresh:
+    ``previous`` never changes the request, only what building it costs."""
     latest = state.request_offset
     if (
         through is not None
@@ -447,16 +442,24 @@ def build_request(
             "no request header: append an LlmRequestRequested with a header, or pass header="
         )
     timestamp = timestamp if timestamp is not None else state.request_time
-    system, history = _select(state, through)
-    developer = header.has_developer_role
-    trusted = header.trusted_actor_types  # from the journal, never the live registry
+    parts = previous._parts if previous is not None else None
+    if parts is not None and parts.header is not header and parts.header != header:
+        parts = None
+    span = parts.span if parts is not None else None
+    system, history = state.system, state.history
+    if through is not None:
+        span = _span(state.history, span)
+        system, history = _select(state, through, span)
+    elif span is not None and history[: len(span.history)] != span.history:
+        span = None  # of items a compaction took out: not kept alive for nothing
+    lane = parts.lane if parts is not None and parts.system == system else _lane(header, system)
+    built, calls, answered = _history_messages(history, header, parts)
 
-    limit = header.content_limit
-    prefix, downgraded = _lane(header, system)
+    prefix, downgraded = lane
     messages = list(prefix)
     items = len(messages)
     messages += downgraded
-    messages += _history_messages(history, developer, trusted, limit, header.layout)
+    messages += built
     _with_breakpoint(messages, items)
     text = PROTOCOLS[header.layout]
     if timestamp is not None:
@@ -465,7 +468,7 @@ def build_request(
         if header.clock == "tail" or not messages or messages[-1].role == "assistant":
             messages.append(_tail(timestamp))
 
-    return NeutralRequest(
+    request = NeutralRequest(
         model=header.model,
         system=text,
         messages=tuple(messages),
@@ -474,20 +477,14 @@ def build_request(
         temperature=header.temperature,
         stream=header.stream,
     )
+    return Built(request, _Parts(header, system, lane, history, built, calls, answered, span))
 
 
 def _lane(
     header: RequestHeader, system: tuple[ContextItem, ...]
 ) -> tuple[tuple[NeutralMessage, ...], tuple[NeutralMessage, ...]]:
     """The stable prefix (the system prompt, the system lane's trusted items, the session
-    prefix; the last a cache breakpoint) and the lane's untrusted items. Memoized on the
-    header (for the lane items it was built from): consecutive requests share these message
-    objects, so comparing them costs little."""
-    memo = memo_of(header)
-    found = memo.prefix
-    if found is not None and found[0] == system:  # identical items compare by identity
-        built: tuple[tuple[NeutralMessage, ...], tuple[NeutralMessage, ...]] = found[1]
-        return built
+    prefix; the last a cache breakpoint) and the lane's untrusted items."""
     developer = header.has_developer_role
     trusted = header.trusted_actor_types
     limit = header.content_limit
@@ -505,9 +502,7 @@ def _lane(
     messages.extend(m for m in lane if m.role != "user")
     messages.extend(NeutralMessage(role=m.role, content=m.content) for m in header.session_prefix)
     _with_breakpoint(messages)
-    built = (tuple(messages), downgraded)
-    memo.prefix = (system, built)
-    return built
+    return tuple(messages), downgraded
 
 
 def _utc_date(timestamp: str) -> str:

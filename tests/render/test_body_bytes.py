@@ -1,9 +1,8 @@
-"""Equal requests give equal bodies, equal to a fresh rendering byte for byte; item messages
-are built once; the body check still refuses what JSON cannot carry, naming the field."""
+"""Equal requests give equal bodies, equal to a fresh rendering byte for byte; the body check
+still refuses what JSON cannot carry, naming the field."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import math
 
@@ -14,9 +13,6 @@ from hypothesis import strategies as st
 
 import contextfold.render  # noqa: F401  (registers the built-in renderers)
 from contextfold import wire
-from contextfold.context import _item_memo
-from contextfold.context import request as req
-from contextfold.context.state import ContextItem
 from contextfold.errors import RenderError
 from contextfold.wire import TRANSPORTS, NeutralMessage, NeutralRequest, Transport
 
@@ -50,6 +46,7 @@ def test_an_equal_request_gives_the_fresh_bytes(
         temperature=request.temperature,
     )
     assert wire.render_request(again, transport) == first
+    assert wire.render_request(again, transport, previous=first) == first
     body = wire._encode(wire._RENDERERS[transport](request), transport)
     assert first.body == body
     assert first.sha256 == hashlib.sha256(body).hexdigest()
@@ -91,24 +88,3 @@ def test_a_body_with_null_text_is_still_sent() -> None:
 def test_an_unencodable_value_is_refused_naming_its_field() -> None:
     with pytest.raises(RenderError, match=r"openai-chat body\.tools\[0\]: set"):
         wire._encode({"tools": [{1, 2}]}, "openai-chat")
-
-
-@given(st.sampled_from(["user", "assistant", "developer", "unverified", "calls"]), texts)
-def test_an_item_message_is_built_once_and_equals_a_fresh_one(sent: req._Sent, text: str) -> None:
-    item = ContextItem(offset=7, role="assistant", content=text)
-    message = req.item_message(item, sent, content_limit=None)
-    assert req.item_message(item, sent, content_limit=None) is message
-    assert message == req._with_images(req._item_message(item, sent, None), item)
-
-
-def test_the_message_memo_lives_with_its_item() -> None:
-    _item_memo._MEMOS.clear()  # the table memos drop themselves from (bound at definition)
-    kept = ContextItem(offset=1, role="user", content="kept")
-    message = req.item_message(kept, "user")
-    for offset in range(2, 20):  # each collected right after, its message with it
-        item = ContextItem(offset=offset, role="user", content="x")
-        assert req.item_message(item, "user").content == f"@{offset}\nx"
-    del item
-    gc.collect()
-    assert list(_item_memo._MEMOS.values()) == [_item_memo.memo_of(kept)]
-    assert req.item_message(kept, "user") is message
