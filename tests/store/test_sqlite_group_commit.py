@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ import contextfold as cf
 from contextfold.errors import StoreError, WrongExpectedVersionError
 from contextfold.journal import Journal
 from contextfold.store.sqlite import SQLiteStore
-from tests.store.helpers import until
+from tests.store.helpers import blocked, until
 
 
 def raw(i: int) -> cf.RawEvent:
@@ -31,9 +30,7 @@ async def test_appends_queued_together_share_one_commit_and_fail_alone(tmp_path:
         assert conn is not None
         commits: list[str] = []
         conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
-        release = threading.Event()
-        blocker = asyncio.ensure_future(store._db.run(lambda conn: release.wait(30)))
-        await until(lambda: _waiting(store))  # the worker is busy: appends queue behind it
+        blocker, release = await blocked(store._db)  # the thread is busy: appends queue
         appends = [
             asyncio.ensure_future(journal.append("a", raw(1))),
             asyncio.ensure_future(journal.append("b", raw(2))),
@@ -74,26 +71,23 @@ async def test_an_append_behind_another_writers_lock_leaves_the_loop_running(
     other = sqlite3.connect(path, isolation_level=None)
     try:
         await journal.append("s", raw(0))
+        conn = store._db.connection
+        assert conn is not None
+        begun: list[str] = []
+        conn.set_trace_callback(lambda sql: begun.append(sql) if sql.startswith("BEGIN") else None)
         other.execute("BEGIN IMMEDIATE")  # another process's write lock
         pending = asyncio.ensure_future(journal.append("s", raw(1)))
         # The loop runs on: the append waits on the worker, and this coroutine (on the same
         # loop) is the one that releases the lock.
-        await until(lambda: not store._db._pending and not pending.done() and _waiting(store))
+        await until(lambda: begun and not pending.done())
         other.execute("COMMIT")
         result = await pending
         assert result.last_position == 2
+        await store._db.run(lambda conn: None)  # the thread is idle: the callback can go
+        conn.set_trace_callback(None)
     finally:
         other.close()
         await journal.close()
-
-
-def _waiting(store: SQLiteStore) -> bool:
-    """The worker holds the connection (it is waiting for the lock)."""
-    busy = store._db._busy
-    if busy.acquire(blocking=False):
-        busy.release()
-        return False
-    return True
 
 
 async def test_a_failed_commit_fails_every_append_it_held(tmp_path: Path) -> None:

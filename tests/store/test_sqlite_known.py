@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import contextfold as cf
 from contextfold.errors import StoreFileMovedError, WrongExpectedVersionError
 from contextfold.journal import Journal
 from contextfold.store.sqlite import SQLiteStore
-from tests.store.helpers import until
+from tests.store.helpers import blocked, until
 
 
 def raw(i: int, type: str = "note") -> cf.RawEvent:
@@ -112,9 +111,7 @@ async def test_appends_whose_commit_failed_leave_the_heads_as_they_were(tmp_path
     try:
         first = await journal.append("s", raw(0))
         assert await journal.head("s") == first.cursor
-        release = threading.Event()
-        blocker = asyncio.ensure_future(store._db.run(lambda conn: release.wait(30)))
-        await until(lambda: _waiting(store))  # the worker holds the connection: appends queue
+        blocker, release = await blocked(store._db)  # the thread is busy: appends queue
         appends = [asyncio.ensure_future(journal.append("s", raw(i))) for i in (1, 2)]
         await until(lambda: len(store._db._pending) == len(appends))
         path.unlink()
@@ -137,14 +134,6 @@ async def test_a_refused_append_leaves_the_heads_as_they_were(tmp_path: Path) ->
         retry = await journal.append("s", raw(1), idempotency_key="k")
         assert (await journal.append("s", raw(1), idempotency_key="k")).deduplicated
         assert await journal.head("s") == retry.cursor
-
-
-def _waiting(store: SQLiteStore) -> bool:
-    busy = store._db._busy
-    if busy.acquire(blocking=False):
-        busy.release()
-        return False
-    return True
 
 
 async def test_a_cursor_no_store_hands_out_still_reads_from_the_start(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from contextfold.errors import StorageFullError, StoreError, StoreUnavailableError
 from contextfold.store._sqlite_thread import SQLiteThread
+from tests.store.helpers import blocked, until
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x INTEGER NOT NULL);"
 
@@ -40,6 +41,37 @@ async def test_jobs_run_in_order_on_one_worker_thread_with_one_connection(tmp_pa
         mode = await db.run(lambda conn: conn.execute("PRAGMA journal_mode").fetchone()[0])
         assert mode == "wal"
         assert await db.run(lambda conn: conn.execute("SELECT count(*) FROM t").fetchone()[0]) == 0
+    finally:
+        await db.close()
+
+
+async def test_jobs_run_in_the_order_asked_and_writes_queued_together_share_a_commit(
+    tmp_path: Path,
+) -> None:
+    db = thread_at(tmp_path / "t.db")
+    try:
+        await db.open()
+        assert db.connection is not None
+        commits: list[str] = []
+        db.connection.set_trace_callback(
+            lambda sql: commits.append(sql) if sql == "COMMIT" else None
+        )
+
+        def count(conn: sqlite3.Connection) -> int:
+            return int(conn.execute("SELECT count(*) FROM t").fetchone()[0])
+
+        def insert(conn: sqlite3.Connection) -> int:
+            return conn.execute("INSERT INTO t VALUES (1)").rowcount
+
+        # Asked in one step: neither read overtakes a write asked before it, and the writes
+        # queued between them share a commit.
+        seen = await asyncio.gather(
+            db.run(count), db.write(insert), db.write(insert), db.run(count)
+        )
+        assert list(seen) == [0, 1, 1, 2]
+        await db.run(lambda conn: None)  # the thread is idle: the callback can go
+        db.connection.set_trace_callback(None)
+        assert commits == ["COMMIT"]
     finally:
         await db.close()
 
@@ -79,17 +111,21 @@ def insert_then_fill_the_disk(conn: sqlite3.Connection) -> None:
 
 
 async def test_a_full_disk_that_rolls_back_a_shared_commit_fails_each_write_as_full(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     db = thread_at(tmp_path / "t.db")
-    monkeypatch.setattr(db, "write_here", lambda fn, committed=None: [])  # to the worker
     try:
         await db.open()
-        written = await asyncio.gather(
+        blocker, release = await blocked(db)  # the writes queue behind it, to share a commit
+        writes = asyncio.gather(
             db.write(lambda conn: conn.execute("INSERT INTO t VALUES (1)").rowcount),
             db.write(insert_then_fill_the_disk),
             return_exceptions=True,
         )
+        await until(lambda: len(db._pending) == 2)
+        release.set()
+        await blocker
+        written = await writes
         assert all(isinstance(each, StorageFullError) for each in written), written
         assert "disk is full" in str(written[1]) and "nothing was written" in str(written[1])
         assert await db.run(lambda conn: conn.in_transaction) is False

@@ -255,9 +255,7 @@ class SQLiteStore(Store):
             if not result.deduplicated:
                 self._known.appended(namespace, stream, result.cursor, events)
 
-        # On this thread when it cannot wait, without a coroutine of the thread's between.
-        here = db.write_here(work, committed)
-        result = here[0] if here else await db.write(work, committed)
+        result = await db.write(work, committed)
         self.wakeups.notify(namespace, stream)
         return result
 
@@ -318,8 +316,7 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, cursor)  # a whole page ends at the head
             return ReadResult(events, cursor, reset=reset, more=more)
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)
 
     async def latest(
         self,
@@ -355,8 +352,7 @@ class SQLiteStore(Store):
             known.saw_latest(namespace, stream, key, events)
             return events
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -371,8 +367,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return row is not None
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
         known = self._known
@@ -386,8 +381,7 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, head)
             return head
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)
 
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -397,12 +391,10 @@ class SQLiteStore(Store):
             ).fetchone()
             return int(row[0]) if row else 0
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
             found = conn.execute(
                 "DELETE FROM cf_streams WHERE namespace = ? AND stream = ?", (namespace, stream)
             ).rowcount
@@ -412,12 +404,9 @@ class SQLiteStore(Store):
             conn.execute(
                 "DELETE FROM cf_idempotency WHERE namespace = ? AND stream = ?", (namespace, stream)
             )
-            self._db.check_files()
-            conn.execute("COMMIT")
-            self._known.deleted(namespace, stream)
             return found > 0
 
-        found = await self._db.run(work)
+        found = await self._db.write(work, lambda found: self._known.deleted(namespace, stream))
         if found:
             self.wakeups.notify(namespace, stream)  # its tails signal the reset at once
         return found
@@ -447,5 +436,4 @@ class SQLiteStore(Store):
                 args.append(limit)
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
-        here = self._db.read_here(work)
-        return here[0] if here else await self._db.run(work)
+        return await self._db.run(work)

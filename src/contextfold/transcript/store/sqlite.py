@@ -1,9 +1,10 @@
 """The SQLite transcript store: session, message and part tables in one file (WAL).
 
 It can share the journal's file. Statements run on one dedicated thread holding one
-connection, so the event loop never waits on disk. Writes take ``BEGIN IMMEDIATE`` (other
-processes queue on the lock), and a write that returned is committed in the WAL: it
-survives ``kill -9`` of the process, which is what crash cleanup relies on.
+connection, so the event loop never waits on disk. Writes queued together share one
+commit (``store._sqlite_thread``; other processes queue on the lock), and a write that
+returned is committed in the WAL: it survives ``kill -9`` of the process, which is what
+crash cleanup relies on.
 """
 
 from __future__ import annotations
@@ -154,22 +155,15 @@ class SQLiteTranscriptStore(TranscriptStore):
         )
 
     async def _write_rows(self, messages: tuple[Message, ...], parts: tuple[Part, ...]) -> None:
-        def work(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            self._upsert(conn, messages, parts)
-            conn.execute("COMMIT")
-
-        await self._db.run(work)
+        await self._db.write(lambda conn: self._upsert(conn, messages, parts))
 
     async def _close_unfinished(self, session: str, close: CloseRows) -> CleanupResult:
         def work(conn: sqlite3.Connection) -> CleanupResult:
-            conn.execute("BEGIN IMMEDIATE")
             closed = close(*self._unfinished(conn, session))
             self._upsert(conn, closed.messages, closed.parts)
-            conn.execute("COMMIT")
             return closed
 
-        return await self._db.run(work)
+        return await self._db.write(work)
 
     # -- reading ------------------------------------------------------------------------
 
