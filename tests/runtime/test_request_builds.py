@@ -11,21 +11,21 @@ import pytest
 import contextfold as cf
 from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal
-from contextfold.runtime import compacting, turn
+from contextfold.runtime import compacting, instance, turn
 from contextfold.runtime.loop import Agent, system_prompt
 from tests.runtime.helpers import STREAM, lookup, lookup_then_answer
 
 
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the requests the agent builds (every build goes through ``Run.build``)."""
     built: list[int] = []
-    for module in (compacting, turn):
-        original = module.build_request
+    original = instance.build
 
-        def counting(*args: Any, _original: Any = original, **options: Any) -> Any:
-            built.append(1)
-            return _original(*args, **options)
+    def counting(*args: Any, **options: Any) -> Any:
+        built.append(1)
+        return original(*args, **options)
 
-        monkeypatch.setattr(module, "build_request", counting)
+    monkeypatch.setattr(instance, "build", counting)
     return built
 
 
@@ -91,15 +91,14 @@ async def test_a_request_the_gate_estimated_is_rendered_once_and_measured_as_sen
 ) -> None:
     agent = await _agent_after_a_turn(journal)
     rendered: list[bytes] = []
-    for module in (compacting, turn):
-        original = module.render_request
+    original = instance.render_request
 
-        def counting(*args: Any, _original: Any = original, **options: Any) -> Any:
-            made = _original(*args, **options)
-            rendered.append(made.body)
-            return made
+    def counting(*args: Any, **options: Any) -> Any:
+        made = original(*args, **options)
+        rendered.append(made.body)
+        return made
 
-        monkeypatch.setattr(module, "render_request", counting)
+    monkeypatch.setattr(instance, "render_request", counting)
     measured: list[int] = []
 
     def measuring(*args: Any) -> int:

@@ -86,8 +86,7 @@ async def relieve_pressure(
     threshold, summarize the previous request first. Returns the context the request is
     to be built from and the request built and rendered from it (None when a compaction
     changed the context). Raises CompactionError like the catch-up."""
-    request = build_request(context, header, timestamp=time)
-    built = Outgoing(request, render_request(request, header.transport))
+    built = Outgoing(*run.build(context, header, timestamp=time))
     previous = context.request_offset
     if previous is None or previous <= context.compacted_through:
         return context, built

@@ -7,10 +7,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._aio import CancelWatch
+from ..context.events import RequestHeader
 from ..context.evidence import DEFAULT_CONTENT_LIMIT
+from ..context.request import Built, build
+from ..context.state import AgentContextState
 from ..journal import Journal
 from ..render.prefix import PrefixInstance
 from ..store.base import AppendResult
+from ..wire import NeutralRequest, RenderedRequest, render_request
 from .clients import ModelClient
 from .events import AgentObserver, LoopEvent
 from .scheduling import TurnBudgets
@@ -85,6 +89,10 @@ class AgentState:
     """Whether the context window was given or looked up already."""
     birth_reported: bool = False
     """Whether the wait for the system prompt was logged (it is, once)."""
+    built: Built | None = None
+    """The newest request built, passed to the next build (``context.request.build``)."""
+    rendered: RenderedRequest | None = None
+    """The newest body rendered, passed to the next render (``wire.render_request``)."""
 
 
 @dataclass(slots=True)
@@ -115,6 +123,27 @@ class Run:
         if not appended.deduplicated and appended.last_position > state.version_seen:
             state.version_seen = appended.last_position
         return appended
+
+    def build(
+        self,
+        context: AgentContextState,
+        header: RequestHeader | None = None,
+        *,
+        through: int | None = None,
+        timestamp: str | None = None,
+    ) -> tuple[NeutralRequest, RenderedRequest]:
+        """The request from ``context`` (``build_request``'s arguments) and its body for the
+        header's transport, each made from the agent's previous ones where they hold the
+        same (a request costs what it adds); those are replaced by these."""
+        state = self.state
+        header = header if header is not None else context.header
+        state.built = build(
+            context, header, through=through, timestamp=timestamp, previous=state.built
+        )
+        assert header is not None  # else build raised
+        request = state.built.request
+        state.rendered = render_request(request, header.transport, previous=state.rendered)
+        return request, state.rendered
 
     def busy(self) -> None:
         self.state.status = "busy"

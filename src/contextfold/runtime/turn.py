@@ -32,13 +32,13 @@ from ..context.events import (
 from ..context.manifest import Manifest
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded, rebuild_state
-from ..context.request import build_request, prefix_snapshot
+from ..context.request import prefix_snapshot
 from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
 from ..context.turns import manifest_at
 from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVersionError
 from ..events import NewEvent, StoredEvent
-from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, render_request
+from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall
 from .clients import clock_of, developer_role_of
 from .compacting import Outgoing, relieve_pressure
 from .events import (
@@ -136,8 +136,7 @@ async def _record_with_request(
     if logged is not None and logged != header:  # what a read gives: the stored bytes
         header, outgoing = logged, None
     if outgoing is None:
-        neutral = build_request(context, header, timestamp=stored.meta.time)
-        outgoing = Outgoing(neutral, render_request(neutral, header.transport))
+        outgoing = Outgoing(*run.build(context, header, timestamp=stored.meta.time))
     offset = version + 1
     # The turns through @version are those through @offset: neither a tool result nor a
     # request is a turn record, nor answers one.
@@ -204,18 +203,15 @@ async def retry(run: Run, offset: int, appended_by: str | None) -> None:
 async def send(run: Run, offset: int) -> None:
     """Record request @offset as the journal rebuilds it, then send it."""
     context = await run.journal.fold(AgentContext, run.stream)
-    neutral: NeutralRequest | None = None
+    sending: tuple[NeutralRequest, RenderedRequest] | None = None
     if context.request_offset == offset and context.header is not None:
-        transport = context.header.transport
         # The cached fold through the request: the per-turn cost stays flat, unless a
         # compaction after @offset removed items the request saw.
         with contextlib.suppress(RenderError):
-            neutral = build_request(context, through=offset)
-    if neutral is None:  # a retry after later requests or a compaction: fold through it
-        state = await rebuild_state(run.journal, run.stream, offset)
-        assert state.header is not None
-        neutral, transport = build_request(state), state.header.transport
-    rendered = render_request(neutral, transport)
+            sending = run.build(context, through=offset)
+    if sending is None:  # a retry after later requests or a compaction: fold through it
+        sending = run.build(await rebuild_state(run.journal, run.stream, offset))
+    neutral, rendered = sending
     manifest = await manifest_at(run.journal, run.stream, offset)
     recorded = _recorded(offset, rendered, manifest)
     run.saw(await run.journal.append(run.stream, recorded, actor=AGENT, channels=()))
