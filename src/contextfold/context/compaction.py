@@ -30,7 +30,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
 from types import MappingProxyType
 
 from ..errors import InvalidInputError
@@ -133,12 +132,6 @@ COMPACTION_INSTRUCTION = (
 def context_window(model: str, windows: Mapping[str, int] = CONTEXT_WINDOWS) -> int:
     """The model's context window (its input limit): longest prefix match on the name (a
     ``provider/`` prefix is ignored), else :data:`DEFAULT_CONTEXT_WINDOW`."""
-    if windows is CONTEXT_WINDOWS:
-        return _known_window(model)
-    return _matched_window(model, windows)
-
-
-def _matched_window(model: str, windows: Mapping[str, int]) -> int:
     return known_context_window(model, windows) or DEFAULT_CONTEXT_WINDOW
 
 
@@ -148,12 +141,6 @@ def known_context_window(model: str, windows: Mapping[str, int] = CONTEXT_WINDOW
     name = model.strip().lower().rsplit("/", 1)[-1]
     matches = [prefix for prefix in windows if name.startswith(prefix)]
     return windows[max(matches, key=len)] if matches else None
-
-
-@lru_cache(maxsize=256)
-def _known_window(model: str) -> int:
-    # The table is read-only, and the agent asks it of the same model at every step.
-    return _matched_window(model, CONTEXT_WINDOWS)
 
 
 def check_context_window(value: object) -> int | None:
