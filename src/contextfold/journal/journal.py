@@ -26,6 +26,7 @@ from ..store.base import (
     AppendResult,
     ReadResult,
     Store,
+    StreamChange,
     StreamInfo,
     TailReset,
     parse_cursor,
@@ -35,6 +36,7 @@ from ..telemetry import record_append, record_fold_read
 from ..views.strategies import KeepFrom
 from ..views.view import ContextView
 from . import checkpoint, compaction
+from ._fence import StreamFence, known_to
 from .compaction import CompactionResult, Summarize
 from .encode import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -55,7 +57,7 @@ from .encode import (
     utc_now,
 )
 
-__all__ = ["Journal", "new_event_id", "open_journal", "utc_now"]
+__all__ = ["Journal", "StreamFence", "new_event_id", "open_journal", "utc_now"]
 
 S = TypeVar("S")
 T = TypeVar("T")
@@ -110,6 +112,7 @@ class Journal:
             reader = FoldReader(store, fold_cache, young_collections=young_collections)
             _shared = _Shared(reader)
         self._shared = _shared
+        self._fence: StreamFence | None = None
 
     @property
     def url(self) -> str:
@@ -119,6 +122,20 @@ class Journal:
     def folds(self) -> FoldReader:
         """The fold reader (cache, skipped-event reports) shared by every namespace view."""
         return self._shared.folds
+
+    @property
+    def fence(self) -> StreamFence | None:
+        """The fence of this journal's appends to its stream (:meth:`fenced`), if any."""
+        return self._fence
+
+    def fenced(self, fence: StreamFence) -> Journal:
+        """This journal (store, namespace, open, fold cache) with its appends to
+        ``fence.stream`` handed to ``fence.append`` (which appends through this journal, not
+        the fenced one), and its folds of that stream taking it to be where ``fence.known``
+        says, without asking the store, whenever it says."""
+        view = self.with_namespace(self.namespace)
+        view._fence = fence
+        return view
 
     def with_namespace(self, namespace: str) -> Journal:
         """The same journal, scoped to another namespace (tenant)."""
@@ -211,8 +228,19 @@ class Journal:
 
         Encoded events (:meth:`encode`) are stored as they are, with their own meta.
         Raises InvalidInputError/PayloadError for bad input, WrongExpectedVersionError,
-        IdempotencyConflictError; nothing is written in any of these cases.
+        IdempotencyConflictError; nothing is written in any of these cases. On a fenced
+        journal (:meth:`fenced`), what the fence raises too.
         """
+        fence = self._fence
+        if fence is not None and stream == fence.stream:
+            return await fence.append(
+                events,
+                expected_version=expected_version,
+                idempotency_key=idempotency_key,
+                run_id=run_id,
+                actor=actor,
+                channels=channels,
+            )
         check_stream(stream)
         batch = check_batch(stream, events)
         check_expected_version(expected_version)
@@ -326,6 +354,19 @@ class Journal:
         store = self.store if self._shared.ready else await self._ready()
         return await store.latest_at_head(self.namespace, stream, names)
 
+    def change_key(self, stream: str) -> str | None:
+        """The key naming ``stream`` in the changes :meth:`listen_changes` reports; None when
+        the store has no push channel."""
+        check_stored_stream(stream)
+        return self.store.change_key(self.namespace, stream)
+
+    def listen_changes(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[StreamChange]] | None:
+        """Every change of every namespace's streams, from when it is entered, as the store's
+        push channel reports them (see :meth:`Store.listen_changes`); None when it has none."""
+        return self.store.listen_changes()
+
     async def head(self, stream: str) -> str | None:
         """The cursor of the stream's newest event (None when empty)."""
         check_stored_stream(stream)
@@ -434,7 +475,10 @@ class Journal:
         if not self._shared.ready:
             await self._ready()
         started = time.perf_counter()
-        state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, run_id=run_id)
+        at = known_to(self._fence, stream)
+        state, _ = await self.folds.read_with_cursor(
+            fold, self.namespace, stream, run_id=run_id, **at
+        )
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 
@@ -444,6 +488,8 @@ class Journal:
         each (an agent reads its context and its scheduler together). Not for run-scoped
         folds: raises as :meth:`fold` would for an unknown stream name."""
         check_stored_stream(stream)
+        if known_to(self._fence, stream):  # the fence knows where the stream is: no head to read
+            return await self.fold(first, stream), await self.fold(second, stream)
         store = self.store if self._shared.ready else await self._ready()
         head = await store.head(self.namespace, stream)
         return await self._fold_at(first, stream, head), await self._fold_at(second, stream, head)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
     Coroutine,
+    Generator,
     Iterable,
     Iterator,
     Sequence,
@@ -25,12 +27,12 @@ from ..events import Event, NewEvent, RawEvent, StoredEvent
 from ..folds.fold import FoldBase
 from ..folds.reader import FoldCache
 from ..folds.segmented import SegmentedFold
-from ..store.base import MAX_LIMIT, AppendResult, ReadResult, StreamInfo, TailReset
+from ..store.base import MAX_LIMIT, AppendResult, ReadResult, StreamChange, StreamInfo, TailReset
 from ..views.strategies import KeepFrom
 from ..views.view import ContextView
 from .compaction import CompactionResult, Summarize
 from .encode import DEFAULT_MAX_PAYLOAD_BYTES, Clock, IdFactory
-from .journal import Journal, new_event_id, open_journal, utc_now
+from .journal import Journal, StreamFence, new_event_id, open_journal, utc_now
 
 __all__ = ["SyncJournal", "open_journal_sync"]
 
@@ -99,6 +101,15 @@ class SyncJournal:
     @property
     def namespace(self) -> str:
         return self.journal.namespace
+
+    @property
+    def fence(self) -> StreamFence | None:
+        return self.journal.fence
+
+    def fenced(self, fence: StreamFence) -> SyncJournal:
+        """This journal with one stream's appends fenced (see :meth:`Journal.fenced`): the
+        fence runs on this facade's loop."""
+        return SyncJournal(self.journal.fenced(fence), _runner=self._runner)
 
     def with_namespace(self, namespace: str) -> SyncJournal:
         """The same journal (store, loop, fold cache), scoped to another namespace. Like the
@@ -186,6 +197,24 @@ class SyncJournal:
         self, stream: str, types: Sequence[str | type[Event]]
     ) -> tuple[int, str | None, StoredEvent | None] | None:
         return self._call(self.journal.latest_at_head(stream, types))
+
+    def change_key(self, stream: str) -> str | None:
+        return self.journal.change_key(stream)
+
+    def listen_changes(self) -> contextlib.AbstractContextManager[Iterator[StreamChange]] | None:
+        listening = self.journal.listen_changes()
+        return None if listening is None else self._listening(listening)
+
+    @contextlib.contextmanager
+    def _listening(
+        self, listening: contextlib.AbstractAsyncContextManager[AsyncIterator[StreamChange]]
+    ) -> Iterator[Iterator[StreamChange]]:
+        changes = self._iterate(self._call(_enter(listening)))
+        try:
+            yield changes
+        finally:
+            changes.close()  # its own first (the async iterator's), then the listening
+            self._call(_exit(listening))
 
     def head(self, stream: str) -> str | None:
         return self._call(self.journal.head(stream))
@@ -289,7 +318,7 @@ class SyncJournal:
 
         return self._call(call())
 
-    def _iterate(self, agen: AsyncIterator[T]) -> Iterator[T]:
+    def _iterate(self, agen: AsyncIterator[T]) -> Generator[T, None, None]:
         try:
             while True:
                 try:
@@ -304,6 +333,14 @@ class SyncJournal:
 
 async def _anext(agen: AsyncIterator[T]) -> T:
     return await agen.__anext__()
+
+
+async def _enter(context: contextlib.AbstractAsyncContextManager[T]) -> T:
+    return await context.__aenter__()
+
+
+async def _exit(context: contextlib.AbstractAsyncContextManager[Any]) -> None:
+    await context.__aexit__(None, None, None)
 
 
 async def _run(fn: Callable[[str, str], None], *args: str) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "AppendResult",
     "ReadResult",
     "Store",
+    "StreamChange",
     "StreamInfo",
     "TailPages",
     "TailReset",
@@ -119,6 +120,19 @@ class StreamInfo:
     version: int
 
 
+@dataclass(frozen=True, slots=True)
+class StreamChange:
+    """A change of a stream, as a store's push channel reports it (:meth:`Store.listen_changes`)."""
+
+    key: str
+    """The stream, as :meth:`Store.change_key` names it (the channel names no stream in clear)."""
+    version: int | None
+    """The stream's version after the change (0: deleted); None when the channel did not say."""
+    head: int | None
+    """The global position of the stream's newest event after the change; None after a
+    deletion or when the channel did not say."""
+
+
 def parse_cursor(cursor: str | None) -> int | None:
     """The global position a cursor names (0 for None: the start); None for a malformed
     (thus unknown) one, and for one past the 64-bit positions a store can hold."""
@@ -156,7 +170,9 @@ class Store(abc.ABC):
     a backend checks nothing itself. Every method takes the namespace first; namespaces
     never see each other's data. ``head`` and ``subscribe`` have defaults built on ``read``;
     a backend that calls ``self.wakeups.notify(namespace, stream)`` once an append or a
-    deletion is committed wakes the default tails of this process at once.
+    deletion is committed wakes the default tails of this process at once. What only some
+    backends can do (``latest_at_head``, ``change_key``, ``listen_changes``) defaults to
+    None: the caller does without.
     """
 
     url: str = ""
@@ -264,6 +280,22 @@ class Store(abc.ABC):
         """Streams of the namespace, sorted by name (code point order), optionally filtered
         by prefix; with ``after``, only those whose name sorts after it (a page starting
         after the last name of the previous one: ``after`` need not name a stream)."""
+
+    def change_key(self, namespace: str, stream: str) -> str | None:
+        """The key naming the stream in the changes :meth:`listen_changes` reports; None when
+        the store has no push channel (this default)."""
+        return None
+
+    def listen_changes(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[StreamChange]] | None:
+        """Listen to the store's push channel: once entered, the iterator it gives reports
+        every change (append or deletion) of every stream, by any process, committed from
+        then on, until the channel is lost: then it ends or raises StoreError, and what
+        lands until the next listen goes unreported. Entering raises StoreError when it
+        cannot listen. None when the store has no push channel (this default): callers poll
+        :meth:`list_streams` for changes instead."""
+        return None
 
     @functools.cached_property
     def wakeups(self) -> Wakeups:

@@ -28,6 +28,7 @@ from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 from .._aio import CancelWatch
 from ..errors import InvalidInputError, StoreError, StoreUnavailableError
 from ..events import NewEvent, StoredEvent
+from ._postgres_changes import change_feed, listening
 from ._postgres_errors import driver_error, redact_url
 from ._postgres_pool import DEFAULT_POOL_TIMEOUT, pool_options
 from ._postgres_sql import (
@@ -55,6 +56,7 @@ from .base import (
     AppendResult,
     ReadResult,
     Store,
+    StreamChange,
     StreamInfo,
     TailPages,
     TailReset,
@@ -420,6 +422,15 @@ class PostgresStore(Store):
     ) -> AsyncIterator[StoredEvent | TailReset]:
         return self._tail(namespace, stream, after, poll_interval)
 
+    def change_key(self, namespace: str, stream: str) -> str:
+        return _wake_key(namespace, stream)
+
+    def listen_changes(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[AsyncIterator[StreamChange]]:
+        """The NOTIFYs on :data:`NOTIFY_CHANNEL`, through a connection of its own."""
+        return change_feed(self.url, self._timeout, self._fail)
+
     # -- live tail ------------------------------------------------------------------------
 
     async def _tail(
@@ -467,19 +478,8 @@ class PostgresStore(Store):
             if self._closed or loop.time() < self._next_listen:
                 return False
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, connect_timeout=max(1, int(self._timeout))
-                )
+                conn = await listening(self.url, self._timeout)
             except (psycopg.Error, OSError):
-                self._next_listen = loop.time() + self._poll_fallback
-                return False
-            try:
-                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            except BaseException as exc:
-                # Closed on a cancel too: nothing else holds this connection yet.
-                await conn.close()
-                if not isinstance(exc, (psycopg.Error, OSError)):
-                    raise
                 self._next_listen = loop.time() + self._poll_fallback
                 return False
             if self._closed:  # closed while this connected: nothing may outlive the store
