@@ -41,10 +41,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Literal, TypeVar
+from typing import Literal
 
 from pydantic import Field, ValidationError
 
@@ -56,17 +55,12 @@ from ..errors import (
     WrongExpectedVersionError,
 )
 from ..events import Event, NewEvent, RawEvent, StoredEvent
-from ..folds.fold import FoldBase
 from ..journal import Journal
 from ..journal.encode import Clock
 from ..store.base import AppendResult, parse_cursor
-from ..telemetry import record_fold_read
 from .scheduling import AGENT
 
-__all__ = ["FencedJournal", "LeaseState", "StreamLease", "StreamLeased", "decode_lease"]
-
-S = TypeVar("S")
-T = TypeVar("T")
+__all__ = ["LeaseState", "StreamLease", "StreamLeased", "decode_lease"]
 
 log = logging.getLogger("contextfold.runtime")
 
@@ -152,7 +146,9 @@ class StreamLease:
         self._at: tuple[int, str | None] | None = None
         self._watched = False
         self._heard = 0  # the newest head of the stream heard of (-1: some went unheard)
-        self.journal: Journal = FencedJournal(self, journal)
+        self.journal: Journal = journal.fenced(self)
+        """The journal to build the agent with: its appends to the stream go through
+        :meth:`append`, its folds of the stream take :attr:`known` when it says."""
 
     @property
     def expires_at(self) -> datetime:
@@ -473,70 +469,3 @@ class StreamLease:
             except StoreError as exc:  # the database is away: keep trying while it lasts
                 log.warning("renewing the lease on %r failed: %s", self.stream, exc)
                 await asyncio.sleep(retry)
-
-
-class FencedJournal(Journal):
-    """The journal as a lease holder sees it: appends to the leased stream go through the
-    lease's fence (:meth:`StreamLease.append`); everything else is the journal's own (the
-    same store and fold cache)."""
-
-    def __init__(self, lease: StreamLease, journal: Journal) -> None:
-        super().__init__(
-            journal.store,
-            namespace=journal.namespace,
-            max_payload_bytes=journal.max_payload_bytes,
-            clock=journal.clock,
-            ids=journal.ids,
-            _shared=journal._shared,
-        )
-        self.lease = lease
-
-    async def fold(self, fold: FoldBase[S], stream: str, *, run_id: str | None = None) -> S:
-        known = self.lease.known if stream == self.lease.stream else None
-        if known is None:
-            return await super().fold(fold, stream, run_id=run_id)
-        version, head = known
-        started = time.perf_counter()  # the lease's stream: checked, and the store open
-        at: dict[str, Any] = {"known_version": version}
-        if head is not None:
-            at["known_head"] = head
-        state, _ = await self.folds.read_with_cursor(
-            fold, self.namespace, stream, run_id=run_id, **at
-        )
-        record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
-        return state
-
-    async def fold_pair(self, first: FoldBase[S], second: FoldBase[T], stream: str) -> tuple[S, T]:
-        if stream == self.lease.stream and self.lease.known is not None:
-            return await self.fold(first, stream), await self.fold(second, stream)  # no read
-        return await super().fold_pair(first, second, stream)
-
-    async def append(
-        self,
-        stream: str,
-        events: Event | RawEvent | NewEvent | Iterable[Event | RawEvent | NewEvent],
-        *,
-        expected_version: int | None = None,
-        idempotency_key: str | None = None,
-        run_id: str | None = None,
-        actor: str | None = None,
-        channels: Sequence[str] = ("main",),
-    ) -> AppendResult:
-        if stream != self.lease.stream:
-            return await super().append(
-                stream,
-                events,
-                expected_version=expected_version,
-                idempotency_key=idempotency_key,
-                run_id=run_id,
-                actor=actor,
-                channels=channels,
-            )
-        return await self.lease.append(
-            events,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-            run_id=run_id,
-            actor=actor,
-            channels=channels,
-        )

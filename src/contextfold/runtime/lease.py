@@ -40,12 +40,11 @@ from ..events import StoredEvent
 from ..journal import Journal
 from ..journal.encode import Clock
 from ..store.base import MAX_LIMIT
-from .fence import FencedJournal, LeaseState, StreamLease, StreamLeased, decode_lease
+from .fence import LeaseState, StreamLease, StreamLeased, decode_lease
 from .scheduling import AGENT
 
 __all__ = [
     "LEASE_TTL",
-    "FencedJournal",
     "LeaseRecord",
     "LeaseState",
     "LeaseStatus",
@@ -300,8 +299,9 @@ async def confirm_claim(journal: Journal) -> None:
     """On a lease holder's journal (:attr:`StreamLease.journal`), make a lazy claim still
     pending land now: before work no append precedes (a compaction's summary call).
     Nothing on another journal. Raises LeaseLostError when another instance has the lease."""
-    if isinstance(journal, FencedJournal):
-        await journal.lease.confirm()
+    lease = journal.fence
+    if isinstance(lease, StreamLease):
+        await lease.confirm()
 
 
 @contextlib.asynccontextmanager
