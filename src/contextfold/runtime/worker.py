@@ -6,20 +6,23 @@ has work (a trigger, an unanswered request, tool calls to answer), claims each b
 ``concurrency`` streams at a time. Any number of workers, in any processes on any hosts,
 can serve one namespace: the lease keeps each stream to one of them at a time.
 
-Finding work. On PostgreSQL the worker LISTENs on the journal's notification channel,
-where every append names its stream (by a hash the worker maps back to the name), so a
-stream is looked at as soon as it changes; the stream list is read again every
-``rescan_interval`` seconds to catch a lost notification. On SQLite and in memory it reads
-the stream list every ``poll_interval`` seconds and looks at the streams whose version
-moved. A stream leased to another instance is looked at again when that lease lapses, or
-shortly after the stream changes (its holder may have handed it back). A change is heard of
-with the stream's version (and, notified, its head), so one a run left nothing to do after
-(the worker's own appends, heard after they landed) costs no read at all, and a look at a
-stream reads only its lease (on PostgreSQL with its version and head, in one statement: a
-version alone may be that of an old history, the stream deleted and made again).
+Finding work. On PostgreSQL the worker listens to the store's push channel (its
+notifications: :meth:`Journal.listen_changes`), where every append names its stream (by a
+key the worker maps back to the name), so a stream is looked at as soon as it changes; the
+stream list is read again every ``rescan_interval`` seconds to catch a lost notification.
+On SQLite and in memory it reads the stream list every ``poll_interval`` seconds and looks
+at the streams whose version moved. A stream leased to another instance is looked at
+again when that lease lapses, or shortly after the stream changes (its holder may have
+handed it back). A change is heard of with the stream's version (and, notified, its head),
+so one a run left nothing to do after (the worker's own appends, heard after they landed)
+costs no read at all, and a look at a stream reads only its lease (on PostgreSQL with its
+version and head, in one statement: a version alone may be that of an old history, the
+stream deleted and made again).
 
 Fairness: streams wait in one first-in, first-out queue; a stream that keeps its agent
 busy gives its slot up after ``quantum`` steps while others wait, and queues at the end.
+What the worker knows of a stream is one record (``_worker_state.StreamStatus``): where it
+stands (idle, queued, running, blocked) and what goes with that state.
 
 Failures never end the worker. A provider error (any error of the agent, or of the
 factory) hands the lease back as a backoff: nobody works that stream for a pause that
@@ -41,8 +44,7 @@ import inspect
 import logging
 import math
 import random
-from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,9 +60,8 @@ from ..errors import (
     UsageError,
 )
 from ..journal import Journal
-from ..store.base import MAX_LIMIT, parse_cursor, wait_or_timeout
-from ._worker_state import Mark as _Mark
-from ._worker_state import WorkerStats
+from ..store.base import MAX_LIMIT, StreamChange, parse_cursor, wait_or_timeout
+from ._worker_state import ChangeKeys, Mark, Streams, StreamStatus, WorkerStats
 from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
@@ -143,21 +144,8 @@ class Worker:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.grace = float(grace)
-        self._queue: deque[str] = deque()
-        self._queued: set[str] = set()
-        self._running: dict[str, asyncio.Task[None]] = {}
-        self._dirty: set[str] = set()  # changed while running: looked at again after
-        self._settled: dict[str, _Mark] = {}  # where a stream was left with nothing to do
-        self._heard: dict[str, _Mark] = {}  # the newest change heard of, not yet looked at
-        self._leases: dict[str, StreamLease] = {}  # of the runs going on
-        self._versions: dict[str, int] = {}
-        self._blocked: dict[str, datetime] = {}  # looked at again at that time
-        self._recheck: dict[str, float] = {}  # blocked streams that changed: when to look
-        self._paused: dict[str, datetime] = {}  # store pauses and unleased backoffs
-        self._failures: dict[str, int] = {}  # provider failures in a row (unleased)
-        self._keys: dict[str, str] = {}
-        self._unknown: set[str] = set()
-        self._foreign: set[str] = set()
+        self._streams = Streams()
+        self._keys: ChangeKeys | None = None  # while the store has a push channel
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._listening = False
@@ -175,18 +163,19 @@ class Worker:
 
     @property
     def listening(self) -> bool:
-        """Whether PostgreSQL notifications reach the worker now (else it polls)."""
+        """Whether the store's push channel (PostgreSQL's notifications) reaches the worker
+        now (else it polls)."""
         return self._listening
 
     @property
     def serving(self) -> tuple[str, ...]:
         """The streams whose agents run now."""
-        return tuple(sorted(self._running))
+        return tuple(sorted(self._streams.running))
 
     @property
     def waiting(self) -> tuple[str, ...]:
         """The streams queued for a free slot, first first."""
-        return tuple(self._queue)
+        return self._streams.waiting
 
     def stop(self) -> None:
         """Stop claiming; agents end after their step in progress (see the module docstring)."""
@@ -235,139 +224,100 @@ class Worker:
         self._scan_failures = 0
         interval = self.rescan_interval if self._listening else self.poll_interval
         self._next_scan = loop.time() + interval
-        keyed = self._key_of()
-        changed: list[str] = []
+        changed: list[tuple[StreamStatus, int]] = []
         for info in infos:
-            if keyed is not None:
-                key = keyed(self.journal.namespace, info.stream)
-                self._keys[key] = info.stream
-                self._foreign.discard(key)
-            if self._versions.get(info.stream) != info.version:
-                self._versions[info.stream] = info.version
-                changed.append(info.stream)
+            status = self._streams.get(info.stream)
+            if status is None:
+                status = self._streams.add(info.stream)
+                if self._keys is not None:
+                    key = self.journal.change_key(info.stream)
+                    if key is not None:
+                        self._keys.learn(key, status)
+            if status.version != info.version:
+                status.version = info.version
+                changed.append((status, info.version))
         # Workers scanning the same list would otherwise race for the same streams in order.
         self._random.shuffle(changed)
-        for stream in changed:
-            self._changed(stream, _Mark(self._versions[stream]))
-        # Keys no stream of this namespace has are another namespace's: ignored from now on.
-        if len(self._foreign) > _MAX_FOREIGN:
-            self._foreign.clear()
-        self._foreign.update(k for k in self._unknown if k not in self._keys)
-        self._unknown.clear()
+        for status, version in changed:
+            self._changed(status, Mark(version))
+        if self._keys is not None:
+            self._keys.scanned()
 
-    def _changed(self, stream: str, heard: _Mark | None = None) -> None:
+    def _changed(self, status: StreamStatus, heard: Mark | None = None) -> None:
         if heard is not None:
-            known = self._heard.get(stream)
-            self._heard[stream] = heard if known is None else known.newer(heard)
-        if stream in self._running:
-            self._dirty.add(stream)
-        elif stream in self._blocked:
-            loop = asyncio.get_running_loop()
-            self._recheck.setdefault(stream, loop.time() + _RECHECK)
-            self._wake.set()
-        else:
-            self._enqueue(stream)
-
-    def _enqueue(self, stream: str) -> None:
-        if stream not in self._queued:
-            self._queue.append(stream)
-            self._queued.add(stream)
+            known = status.heard
+            status.heard = heard if known is None else known.newer(heard)
+        if self._streams.change(status, asyncio.get_running_loop().time() + _RECHECK):
             self._wake.set()
 
     def _due(self, now: float) -> None:
-        wall = self.journal.clock()
-        for stream, until in list(self._blocked.items()):
-            due = self._recheck.get(stream)
-            if wall >= until or (due is not None and now >= due):
-                del self._blocked[stream]
-                self._recheck.pop(stream, None)
-                self._enqueue(stream)
+        if self._streams.due(now, self.journal.clock):
+            self._wake.set()
 
     def _dispatch(self) -> None:
-        while self._queue and len(self._running) < self.concurrency:
-            stream = self._queue.popleft()
-            self._queued.discard(stream)
-            if stream in self._running:
-                self._dirty.add(stream)
-                continue
-            self._running[stream] = asyncio.create_task(
-                self._serve(stream), name=f"worker {self.holder} {stream}"
+        while len(self._streams.running) < self.concurrency:
+            status = self._streams.start()
+            if status is None:
+                return
+            status.task = asyncio.create_task(
+                self._serve(status), name=f"worker {self.holder} {status.stream}"
             )
 
     def _timeout(self, now: float) -> float:
         waits = [self._next_scan - now, _MAX_WAIT]
-        waits += [due - now for due in self._recheck.values()]
-        if self._blocked:
-            wall = self.journal.clock()
-            waits.append(min((until - wall).total_seconds() for until in self._blocked.values()))
+        due = self._streams.next_due(now, self.journal.clock)
+        if due is not None:
+            waits.append(due)
         return max(min(waits), 0.0)
 
-    # -- PostgreSQL notifications -----------------------------------------------------------
-
-    def _key_of(self) -> Callable[[str, str], str] | None:  # (namespace, stream) -> wake key
-        if self._postgres_url() is None:
-            return None
-        from ..store.postgres import wake_key
-
-        return wake_key
-
-    def _postgres_url(self) -> str | None:
-        try:
-            from ..store.postgres import PostgresStore
-        except ImportError:  # the postgres extra is not installed: no PostgreSQL journal
-            return None
-        store = self.journal.store
-        return store.url if isinstance(store, PostgresStore) else None
+    # -- the store's push channel (PostgreSQL's notifications) --------------------------------
 
     def _start_listener(self) -> asyncio.Task[None] | None:
-        url = self._postgres_url()
-        if url is None:
+        listening = self.journal.listen_changes()
+        if listening is None:  # no push channel: the scans find every change
             return None
-        return asyncio.create_task(self._listen(url), name=f"worker {self.holder} listener")
+        self._keys = ChangeKeys(_MAX_FOREIGN)
+        return asyncio.create_task(self._listen(listening), name=f"worker {self.holder} listener")
 
-    async def _listen(self, url: str) -> None:
-        import psycopg
-
-        from ..store.postgres import NOTIFY_CHANNEL
-
+    async def _listen(
+        self,
+        listening: contextlib.AbstractAsyncContextManager[AsyncIterator[StreamChange]] | None,
+    ) -> None:
+        """Hear of every change through the store's push channel, listening again (after a
+        pause that doubles, up to a limit) whenever it is lost."""
         pause = self.poll_interval
-        while True:
+        while listening is not None:
             try:
-                conn = await psycopg.AsyncConnection.connect(
-                    url, autocommit=True, connect_timeout=5
-                )
-                try:
-                    await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                async with listening as changes:
                     self._listening = True
                     self._rescan_soon()  # what was appended while nobody listened
                     pause = self.poll_interval
-                    async for notify in conn.notifies():
-                        self._notified(notify.payload)
-                finally:
-                    self._listening = False
-                    for lease in self._leases.values():
-                        lease.heard(None, None)  # what lands meanwhile goes unheard
-                    await conn.close()
-            except (psycopg.Error, OSError) as exc:
+                    try:
+                        async for change in changes:
+                            self._notified(change)
+                    finally:
+                        self._listening = False
+                        for status in self._streams.running.values():
+                            if status.lease is not None:  # what lands meanwhile goes unheard
+                                status.lease.heard(None, None)
+            except StoreError as exc:
                 log.warning("worker %s: not listening (%s); polling meanwhile", self.holder, exc)
             self._rescan_soon()
             await asyncio.sleep(pause)
             pause = min(pause * 2, _MAX_SCAN_PAUSE)
+            listening = self.journal.listen_changes()
 
-    def _notified(self, payload: str) -> None:
-        from ..store.postgres import parse_wake
-
-        wake = parse_wake(payload)
-        key = wake.key
-        stream = self._keys.get(key)
-        if stream is not None:
-            lease = self._leases.get(stream)
-            if lease is not None:
-                lease.heard(wake.version, wake.head)
-            self._changed(stream, None if wake.version is None else _Mark(wake.version, wake.head))
-        elif key not in self._foreign and key not in self._unknown:
-            self._unknown.add(key)  # a new stream, or another namespace's: the scan tells
-            self._rescan_soon()
+    def _notified(self, change: StreamChange) -> None:
+        keys = self._keys
+        assert keys is not None  # set before the listener starts
+        status = keys.find(change.key)
+        if status is None:
+            if keys.note(change.key):  # a new stream, or another namespace's: the scan tells
+                self._rescan_soon()
+            return
+        if status.lease is not None:
+            status.lease.heard(change.version, change.head)
+        self._changed(status, None if change.version is None else Mark(change.version, change.head))
 
     def _rescan_soon(self) -> None:
         loop = asyncio.get_running_loop()
@@ -376,41 +326,39 @@ class Worker:
 
     # -- serving one stream -----------------------------------------------------------------
 
-    async def _serve(self, stream: str) -> None:
+    async def _serve(self, status: StreamStatus) -> None:
         try:
-            await self._work(stream)
+            await self._work(status)
         except Exception:  # a bug must not end the worker: the stream rests, then again
-            log.exception("worker %s: serving %r failed", self.holder, stream)
-            self._pause(stream, self.backoff)
+            log.exception("worker %s: serving %r failed", self.holder, status.stream)
+            self._pause(status, self.backoff)
         finally:
-            self._running.pop(stream, None)
-            if stream in self._dirty:
-                self._dirty.discard(stream)
-                self._changed(stream)
+            if self._streams.finish(status):
+                self._changed(status)
             self._wake.set()
 
-    async def _work(self, stream: str) -> None:
-        heard = self._heard.pop(stream, None)
+    async def _work(self, status: StreamStatus) -> None:
+        stream = status.stream
+        heard, status.heard = status.heard, None
         version = heard.version if heard is not None else None
-        settled = self._settled.pop(stream, None)
+        settled = status.settled
         if settled is not None:
             if heard is None:
                 version = await self.journal.version(stream)
-                heard = _Mark(version)
+                heard = Mark(version)
             if settled.covers(heard):
                 # Nothing appended since it was left idle: the change heard of was older (this
                 # worker's own appends, heard after its run).
-                self._settled[stream] = settled
                 return
-        paused = self._paused.get(stream)
-        if paused is not None:
-            if self.journal.clock() < paused:
-                self._blocked[stream] = paused
+            status.settled = None
+        if status.paused is not None:
+            if self.journal.clock() < status.paused:
+                self._streams.block(status, status.paused)
                 return
-            del self._paused[stream]
+            status.paused = None
         if not self.lease:
             if await self._may_have_work(stream, version, _head_of(heard)):
-                await self._run_leased(stream, None, self._failures.get(stream, 0))
+                await self._run_leased(status, None, status.failures)
             return
         # The lease first: a stream another instance holds, or one handed back idle with
         # nothing appended since (by any worker), is not read any further. A version heard
@@ -418,7 +366,7 @@ class Worker:
         view = await view_lease(self.journal, stream, version=version)
         if view.settled:
             assert view.lease is not None
-            self._settled[stream] = _Mark(view.version, parse_cursor(view.lease.cursor))
+            status.settled = Mark(view.version, parse_cursor(view.lease.cursor))
             return
         # The head the look read with the version (a version alone may be an old history's:
         # a stream deleted and made again reaches it), else the one a notification named
@@ -434,29 +382,34 @@ class Worker:
                 self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=True, view=view
             )
         except LeaseHeldError as exc:
-            self._blocked[stream] = datetime.fromisoformat(exc.expires_at)
+            self._streams.block(status, datetime.fromisoformat(exc.expires_at))
             return
         except ConflictError:
-            self._dirty.add(stream)  # other writers won every race: look again
+            status.again = True  # other writers won every race: look again
             return
-        await self._run_leased(stream, lease, lease.failures, head)
+        await self._run_leased(status, lease, lease.failures, head)
 
     async def _run_leased(
-        self, stream: str, lease: StreamLease | None, failures: int, head: str | None = None
+        self,
+        status: StreamStatus,
+        lease: StreamLease | None,
+        failures: int,
+        head: str | None = None,
     ) -> None:
+        stream = status.stream
         journal = lease.journal if lease is not None else self.journal
         if lease is not None:
-            self._leases[stream] = lease
+            status.lease = lease
             # Its folds take where it knows the stream is (its claim's version, then its own
             # appends' heads while the worker hears every change).
             lease.watch(head, notified=self._listening)
-            newer = self._heard.get(stream)  # heard of since the look
+            newer = status.heard  # heard of since the look
             if newer is not None and newer.head is not None:
                 lease.heard(newer.version, newer.head)
         try:
             async with lease.renewing() if lease is not None else contextlib.nullcontext():
                 agent = await self._agent(journal, stream)
-                idle = await self._run(agent, stream)
+                idle = await self._run(agent, status)
         except LeaseLostError as exc:
             self._count(lost=1)
             log.info("worker %s: %s", self.holder, exc)
@@ -465,33 +418,31 @@ class Worker:
             # Our lease (if it landed) stays ours: claimed again once the store answers.
             self._count(store_errors=1)
             log.warning("worker %s: store error on %r: %s", self.holder, stream, exc)
-            self._pause(stream, _STORE_PAUSE)
+            self._pause(status, _STORE_PAUSE)
             return
         except Exception as exc:
-            await self._back_off(stream, lease, failures + 1, exc)
+            await self._back_off(status, lease, failures + 1, exc)
             return
         except asyncio.CancelledError:
             if lease is not None:  # a shutdown: another worker takes over at once
                 await _finish(_quietly(lease.release()))
             raise
         finally:
-            self._leases.pop(stream, None)
+            status.lease = None
             if lease is not None and not lease.pending:
                 self._count(claims=1)
-        self._failures.pop(stream, None)
+        status.failures = 0
         if lease is not None:
             await _quietly(lease.release(idle=idle))
             if idle and lease.others_appended == 0 and not lease.active and not lease.lost:
                 # Released, and nobody else appended meanwhile: the changes heard of while
                 # it ran (and the ones still to come in) are this run's own appends, unless
                 # one heard of is newer than the hand-back.
-                settled = _Mark(lease.version, parse_cursor(lease.cursor))
-                self._settled[stream] = settled
-                heard = self._heard.get(stream)
-                if heard is None or settled.covers(heard):
-                    self._dirty.discard(stream)
+                settled = status.settled = Mark(lease.version, parse_cursor(lease.cursor))
+                if status.heard is None or settled.covers(status.heard):
+                    status.again = False
 
-    async def _run(self, agent: Agent, stream: str) -> bool:
+    async def _run(self, agent: Agent, status: StreamStatus) -> bool:
         """Run the agent until it has nothing to do (True), or until it gave its slot up to
         waiting streams or the worker stops (False)."""
         idle = False
@@ -501,8 +452,8 @@ class Worker:
             if report.steps < self.quantum:
                 idle = not self._stopping.is_set()
                 break
-            if self._queue:  # others wait: this stream queues again at the end
-                self._dirty.add(stream)
+            if self._streams.queued:  # others wait: this stream queues again at the end
+                status.again = True
                 break
         self._count(runs=1)
         return idle
@@ -532,14 +483,14 @@ class Worker:
         return agent
 
     async def _back_off(
-        self, stream: str, lease: StreamLease | None, failures: int, exc: Exception
+        self, status: StreamStatus, lease: StreamLease | None, failures: int, exc: Exception
     ) -> None:
         delay = min(self.backoff * 2 ** (failures - 1), self.max_backoff)
         self._count(backoffs=1)
         log.warning(
             "worker %s: %r failed (%s in a row), resting %.1fs: %s",
             self.holder,
-            stream,
+            status.stream,
             failures,
             delay,
             exc,
@@ -547,19 +498,19 @@ class Worker:
         )
         if lease is not None:
             await _quietly(lease.release(backoff=delay, failures=failures))
-            self._blocked[stream] = lease.expires_at
+            self._streams.block(status, lease.expires_at)
         else:
-            self._failures[stream] = failures
-            self._pause(stream, delay)
+            status.failures = failures
+            self._pause(status, delay)
 
-    def _pause(self, stream: str, seconds: float) -> None:
-        until = self.journal.clock() + timedelta(seconds=seconds)
-        self._paused[stream] = until
-        self._blocked[stream] = until
+    def _pause(self, status: StreamStatus, seconds: float) -> None:
+        """Not worked for ``seconds``, changes or not (a look then still finds it paused)."""
+        status.paused = self.journal.clock() + timedelta(seconds=seconds)
+        self._streams.block(status, status.paused)
 
     async def _drain(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the running agents, then cancel the rest."""
-        tasks = set(self._running.values())
+        tasks = {s.task for s in self._streams.running.values() if s.task is not None}
         if not tasks:
             return
         if grace > 0:
@@ -574,7 +525,7 @@ class Worker:
         self._stats = replace(stats, **{k: getattr(stats, k) + n for k, n in more.items()})
 
 
-def _head_of(heard: _Mark | None) -> str | None:
+def _head_of(heard: Mark | None) -> str | None:
     """The cursor of the head a change was heard with, when it said."""
     return None if heard is None or heard.head is None else str(heard.head)
 
