@@ -1,5 +1,6 @@
 """Verification streams: RequestVerifier yields each drift as its record is read, in one
-pass holding one request, with counts in O(1); it finds what per-request rebuilds find."""
+pass holding two requests, with counts in O(1); it finds what per-request rebuilds find,
+under changing headers too, and builds each item once however many requests see it."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from contextfold.context import (
     rebuild,
     summary_item,
 )
+from contextfold.context import request as req
 from contextfold.context.rebuild import (
     RequestDrift,
     RequestRecorded,
@@ -37,6 +39,15 @@ from contextfold.wire import render_request
 
 STREAM = "agent"
 HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512)
+# Headers that each render the same items differently (or on another transport): a request
+# built from the previous one's messages would show it.
+HEADERS = (
+    HEADER,
+    HEADER.model_copy(update={"content_limit": 4}),
+    HEADER.model_copy(update={"developer_role": False}),
+    HEADER.model_copy(update={"system_prompt": "Be brief."}),
+    HEADER.model_copy(update={"transport": "anthropic"}),
+)
 WRONG = "0" * 64
 
 
@@ -44,15 +55,17 @@ def _record(offset: int, sha256: str) -> RequestRecorded:
     return RequestRecorded(request_offset=offset, transport="openai-chat", sha256=sha256, size=1)
 
 
-async def _request(journal: cf.Journal, *, recorded: bool = True) -> int:
+async def _request(
+    journal: cf.Journal, *, recorded: bool = True, header: RequestHeader = HEADER
+) -> int:
     """A user item, then a request and (unless not) its record, as the runtime sends it."""
     await journal.append(
         STREAM, ContextAdded(role="user", content="a question", actor=Actor(type="user"))
     )
-    offset = (await journal.append(STREAM, LlmRequestRequested(header=HEADER))).first_position
+    offset = (await journal.append(STREAM, LlmRequestRequested(header=header))).first_position
     if recorded:
         state = await journal.fold(AgentContext, STREAM)
-        body = render_request(build_request(state, through=offset), "openai-chat")
+        body = render_request(build_request(state, through=offset), header.transport)
         await journal.append(STREAM, _record(offset, body.sha256))
     return offset
 
@@ -160,12 +173,13 @@ async def test_the_verifier_finds_the_hand_written_drifts_with_their_counts() ->
         assert summary.largest == max(sizes)
 
 
-# Steps of a session: a recorded request, an unrecorded one, a compaction through the
-# latest request, or a record appended now naming an earlier request, a position that is no
-# request or one past the end, with its right hash or a wrong one.
+# Steps of a session: a recorded request, one with another header, an unrecorded one, a
+# compaction through the latest request, or a record appended now naming an earlier request,
+# a position that is no request or one past the end, with its right hash or a wrong one.
 steps = st.lists(
     st.one_of(
         st.just(("request",)),
+        st.tuples(st.just("header"), st.sampled_from(HEADERS)),
         st.just(("unrecorded",)),
         st.just(("compact",)),
         st.tuples(
@@ -186,6 +200,8 @@ async def _play(journal: cf.Journal, plan: list[tuple[Any, ...]]) -> None:
     for step in plan:
         if step[0] in ("request", "unrecorded"):
             requests.append(await _request(journal, recorded=step[0] == "request"))
+        elif step[0] == "header":
+            requests.append(await _request(journal, header=step[1]))
         elif step[0] == "compact":
             if requests:
                 await journal.append(STREAM, summary_item("summary", cutoff=requests[-1]))
@@ -299,3 +315,32 @@ async def test_the_record_and_check_of_a_checked_request_are_released(
     assert len(alive["_Record"]) == 61 and len(alive["_Check"]) == 60
     assert summary.requests == 60 and [d.request_offset for d in drifts] == [offsets[-1]]
     assert max(held["_Record"]) <= 2 and max(held["_Check"]) <= 1, held
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_each_item_is_built_once_however_many_requests_see_it(
+    monkeypatch: pytest.MonkeyPatch, late: bool
+) -> None:
+    """A request is rebuilt from the one checked before it: the verification builds each
+    history item once (a fresh build per request built 465 for 30 requests). Records that
+    come after the stream (written by hand) are checked after the pass: the pass builds the
+    latest request, the second pass the 29 before it, one item each."""
+    async with cf.open_journal("memory://") as journal:
+        offsets = await _session(journal, 30) if not late else []
+        if late:
+            await journal.append(STREAM, ContextAdded(role="system", key="agent/system-prompt"))
+            offsets = [await _request(journal, recorded=False) for _ in range(30)]
+            for offset in offsets:
+                sha256 = (await rebuild_request(journal, STREAM, offset)).sha256
+                await journal.append(STREAM, _record(offset, sha256))
+        built: list[int] = []
+        message = req._Pairing.message
+
+        def counting(self: Any, *args: Any) -> Any:
+            built.append(1)
+            return message(self, *args)
+
+        monkeypatch.setattr(req._Pairing, "message", counting)
+        drifts, summary = await _streamed(journal)
+    assert drifts == [] and summary.requests == 30
+    assert len(built) == (30 + 29 if late else 30)

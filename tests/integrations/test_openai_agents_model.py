@@ -14,6 +14,8 @@ from openai import AsyncOpenAI
 from pydantic import BaseModel
 
 import contextfold as cf
+from contextfold.context import AgentContext
+from contextfold.context import request as req
 from contextfold.errors import InvalidInputError, RenderError
 from contextfold.integrations.openai_agents import JournalModel, JournalSession
 from tests.integrations.helpers import (
@@ -102,6 +104,31 @@ async def test_runner_requests_rebuild_byte_for_byte(journal: cf.Journal) -> Non
     assert second.system == cf.PROTOCOLS[2]  # the protocol of the layout JournalModel records
     assert second.messages[0].content == "Answer weather questions with the tool."
     assert [tool.name for tool in second.tools] == ["get_weather"]
+
+
+async def test_a_request_builds_only_the_items_it_adds(
+    journal: cf.Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model builds each request from the one it sent before on its stream: over a
+    conversation each history item is built once, not once per request that sends it."""
+    built: list[int] = []
+    message = req._Pairing.message
+
+    def counting(self: object, *args: Any) -> Any:
+        built.append(1)
+        return message(self, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(req._Pairing, "message", counting)
+    session = JournalSession(journal, "chat")
+    agent = weather_agent(journal, Weatherman())
+    for city in ("Paris", "Rome", "Oslo", "Lima", "Kyiv", "Quito"):
+        await Runner.run(agent, f"Weather in {city}?", session=session)
+    monkeypatch.undo()
+    records = await recorded(journal, "chat")
+    state = await journal.fold(AgentContext, "chat")
+    assert len(records) == 12
+    assert len(built) == sum(item.offset < records[-1].request_offset for item in state.history)
+    assert await cf.verify_requests(journal, "chat") == ()
 
 
 async def test_a_new_process_continues_the_recorded_conversation(tmp_path: Path) -> None:

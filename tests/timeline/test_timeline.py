@@ -1,18 +1,22 @@
 """Timelines from real agent sessions: turns split at triggers, each request with its
 times, usage, verify status and the exact prefix it shares with the previous body; an
-incremental build equals a one-pass build; request bodies and diffs; prices and stats."""
+incremental build equals a one-pass build, each building an item once however many
+requests see it; request bodies and diffs; prices and stats."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import contextfold as cf
+from contextfold.context import AgentContext
+from contextfold.context import request as req
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.errors import InvalidInputError, RebuildError
 from contextfold.events import StoredEvent
@@ -136,6 +140,39 @@ async def test_an_incremental_build_equals_a_build_in_one_pass(
         assert builder.snapshot() == whole
 
     check()
+
+
+async def test_each_item_is_built_once_however_many_requests_see_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The timeline rebuilds a request from the one before it, and request bodies build the
+    request before @offset once, then @offset from it: each history item through the
+    request is built once (a fresh build per request built each item once per request)."""
+    async with cf.open_journal("memory://", clock=ticking_clock()) as journal:
+        agent = cf.Agent(journal, STREAM, cf.FunctionModel(_model, model="gpt-4.1"), tools=[add])
+        await journal.append(STREAM, cf.system_prompt("You add numbers."))
+        for n in range(8):
+            await journal.append(STREAM, cf.ContextAdded(role="user", content=f"add 2 and {n}"))
+            await agent.run_until_idle()
+        built: list[int] = []
+        message = req._Pairing.message
+
+        def counting(self: object, *args: Any) -> Any:
+            built.append(1)
+            return message(self, *args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(req._Pairing, "message", counting)
+        timeline = await build_timeline(journal, STREAM)
+        last = timeline.requests[-1].offset
+        state = await journal.fold(AgentContext, STREAM)
+        seen = sum(item.offset < last for item in state.history)
+        assert len(timeline.requests) == 16 and {r.verify for r in timeline.requests} == {"ok"}
+        assert len(built) == seen
+        built.clear()
+        bodies = await request_bodies(journal, STREAM, last)
+        assert bodies.rendered.sha256 == timeline.requests[-1].rebuilt_sha256
+        assert bodies.previous_offset == timeline.requests[-2].offset
+        assert len(built) == seen
 
 
 async def test_a_record_of_other_bytes_is_a_drift_and_an_unrecorded_request_is_unsent(

@@ -24,7 +24,7 @@ from ..wire import RenderedRequest, render_request
 from .events import ContextAdded, LlmResponse
 from .manifest import Manifest
 from .projection import AgentContext
-from .request import build_request
+from .request import Built, build
 from .state import AgentContextState
 from .turns import Turns, TurnState, fold_turns, turns_through
 
@@ -105,15 +105,25 @@ async def rebuild_state(journal: _Reader, stream: str, offset: int) -> AgentCont
     return state
 
 
-def _render(state: AgentContextState, stream: str, offset: int) -> RenderedRequest:
-    """Request @``offset`` from ``state``, the context folded exactly through it."""
+_Rebuilt = tuple[Built, RenderedRequest]
+"""A request's build and body: passed back as ``previous`` to rebuild a later request of
+the same stream, whose shared history and messages are then not built again."""
+
+
+def _render(
+    state: AgentContextState, stream: str, offset: int, previous: _Rebuilt | None = None
+) -> _Rebuilt:
+    """Request @``offset`` from ``state``, the context folded exactly through it, reusing
+    ``previous`` (an earlier request's, any: it changes only the cost)."""
     if state.request_offset != offset or state.header is None:
         raise RebuildError(
             f"stream {stream!r} position {offset} is not a model request with a header "
             "(an LlmRequestRequested); pass the offset of a request event"
         )
+    last_built, last_body = previous if previous is not None else (None, None)
     try:
-        return render_request(build_request(state), state.header.transport)
+        built = build(state, previous=last_built)
+        return built, render_request(built.request, state.header.transport, previous=last_body)
     except Exception as exc:
         raise RebuildError(
             f"request @{offset} of stream {stream!r} cannot be rebuilt: {exc}"
@@ -123,7 +133,7 @@ def _render(state: AgentContextState, stream: str, offset: int) -> RenderedReque
 async def rebuild_request(journal: _Reader, stream: str, offset: int) -> RenderedRequest:
     """The exact request body of request @``offset``. Raises RebuildError when @offset is not
     a request event or cannot be rendered."""
-    return _render(await rebuild_state(journal, stream, offset), stream, offset)
+    return _render(await rebuild_state(journal, stream, offset), stream, offset)[1]
 
 
 async def rebuild_manifest(journal: _Reader, stream: str, offset: int) -> Manifest | None:
@@ -171,17 +181,25 @@ class _Check:
 _RECORD = RequestRecorded.event_type
 
 
-def _check(state: AgentContextState, turns: TurnState, stream: str, offset: int) -> _Check:
-    """The check of request @``offset`` from the states folded exactly through it; the
-    rendered body is dropped here, only its hash and size are kept."""
+def _check(
+    state: AgentContextState,
+    turns: TurnState,
+    stream: str,
+    offset: int,
+    previous: _Rebuilt | None,
+) -> tuple[_Check, _Rebuilt | None]:
+    """The check of request @``offset`` from the states folded exactly through it, and what
+    the next check reuses: this request's build and body (``previous`` when it has none).
+    Only the body's hash and size go into the check."""
     try:
-        rendered = _render(state, stream, offset)
+        rebuilt = _render(state, stream, offset, previous)
     except RebuildError as exc:
-        return _Check(None, str(exc), None, (), 0)
+        return _Check(None, str(exc), None, (), 0), previous
+    rendered = rebuilt[1]
     manifest = turns.manifest
     problems = turns.problems_at(offset) if manifest is not None else ()
     hashed = manifest.hash if manifest is not None else None
-    return _Check(rendered.sha256, None, hashed, problems, len(rendered.body))
+    return _Check(rendered.sha256, None, hashed, problems, len(rendered.body)), rebuilt
 
 
 def _drift(
@@ -240,11 +258,12 @@ class RequestVerifier:
 
     One pass, page by page: records and events are read together in stream order, and a
     record naming the latest request (as the runtime writes them) is checked against that
-    request rebuilt from the state folded exactly through it, whose body is dropped once
-    hashed. Memory is the fold state and one request, whatever the number of requests. A
-    record naming an older request (written by hand) is checked after the pass, by a
-    second one up to the same position. A record identical to an earlier one of the same
-    request is checked once; a request never recorded is not checked.
+    request rebuilt from the state folded exactly through it, reusing the build and body
+    of the request checked before it (so a request costs what it adds to that one), which
+    it then replaces. Memory is the fold state and two requests, whatever the number of
+    requests. A record naming an older request (written by hand) is checked after the
+    pass, by a second one up to the same position. A record identical to an earlier one
+    of the same request is checked once; a request never recorded is not checked.
     Raises what the journal raises, and CorruptEventError for a record that does not decode.
     """
 
@@ -307,6 +326,7 @@ class RequestVerifier:
         window: dict[int, tuple[_Check, set[_Record]]] = {}  # checked since that request
         later: dict[int, dict[_Record, int]] = {}  # checked after the pass, by position
         last = 0
+        rebuilt: _Rebuilt | None = None  # of the request checked last, for the next one
         events = self._read()
         async with aclosing(events):  # type: ignore[type-var]
             async for stored in events:
@@ -321,9 +341,10 @@ class RequestVerifier:
                     if entry is None:
                         if offset == state.request_offset:
                             assert at is not None  # taken at the request, used once
-                            check, at = _check(*at, stream, offset), None
+                            check, rebuilt = _check(*at, stream, offset, rebuilt)
+                            at = None
                         else:  # no request: any state says so
-                            check = _check(state, turns, stream, offset)
+                            check, rebuilt = _check(state, turns, stream, offset, rebuilt)
                         entry = window[offset] = (check, set())
                         self._counted(check)
                     check, seen = entry
@@ -353,6 +374,7 @@ class RequestVerifier:
         state = AgentContext.initial_state()
         turns = Turns.initial_state()
         index = 0
+        rebuilt: _Rebuilt | None = None  # of the request checked last, for the next one
         events = self._read()
         async with aclosing(events):  # type: ignore[type-var]
             async for stored in events:
@@ -360,7 +382,8 @@ class RequestVerifier:
                     break  # appended since the pass: not part of this verification
                 # The states now hold every event before this one.
                 while index < len(pending) and pending[index] < stored.position:
-                    checks[pending[index]] = _check(state, turns, stream, pending[index])
+                    offset = pending[index]
+                    checks[offset], rebuilt = _check(state, turns, stream, offset, rebuilt)
                     index += 1
                 if stored.type == _RECORD:
                     offset, record = _record(stored)
@@ -369,7 +392,7 @@ class RequestVerifier:
                     continue
                 state, turns = self._step(state, turns, stored)
         for offset in pending[index:]:
-            checks[offset] = _check(state, turns, stream, offset)
+            checks[offset], rebuilt = _check(state, turns, stream, offset, rebuilt)
         for offset in pending:
             check, seen = checks[offset], checked.get(offset, set())
             if not seen:

@@ -52,7 +52,7 @@ from ..context.events import (
 )
 from ..context.projection import AGENT_WRITER, TOOL_WRITER, AgentContext
 from ..context.rebuild import RequestRecorded
-from ..context.request import build_request
+from ..context.request import Built, build
 from ..context.trust import trusted_extensions
 from ..errors import InvalidInputError, RenderError
 from ..events import Envelope, Event
@@ -305,6 +305,10 @@ class JournalModel(Model):
         self.client = client
         self._bridge = JournalBridge(journal, what="JournalModel")
         self.stream = check_stream(stream)
+        # The build and body of the request this model sent last on its stream: the next
+        # request reuses them (an unrelated one only costs a fresh build), so a call costs
+        # what it adds to the conversation, not its length.
+        self._last: tuple[Built, RenderedRequest] | None = None
 
     def __repr__(self) -> str:
         return f"<JournalModel {self.client.model!r} on {self.stream!r}>"
@@ -389,8 +393,11 @@ class JournalModel(Model):
         )
         offset = appended.last_position
         context = await journal.fold(AgentContext, stream)
-        neutral = build_request(context, through=offset)
-        rendered = render_request(neutral, header.transport)
+        last = self._last
+        built = build(context, through=offset, previous=last[0] if last else None)
+        neutral = built.request
+        rendered = render_request(neutral, header.transport, previous=last[1] if last else None)
+        self._last = (built, rendered)
         await journal.append(
             stream,
             RequestRecorded(

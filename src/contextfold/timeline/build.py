@@ -40,7 +40,7 @@ from ..context.events import (
 )
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded
-from ..context.request import build_request
+from ..context.request import Built, build
 from ..context.state import AgentContextState, ContextItem
 from ..context.trust import wire_role
 from ..context.turns import SteerAccepted, item_sha256
@@ -49,7 +49,7 @@ from ..events import Event, StoredEvent
 from ..runtime.scheduling import AGENT, TOOL_WRITER, AgentHalted, behaviour_of
 from ..runtime.tool_runs import NOT_RERUN
 from ..telemetry import shared_prefix
-from ..wire import Usage, render_request
+from ..wire import RenderedRequest, Usage, render_request
 
 __all__ = [
     "PREVIEW_CHARS",
@@ -245,8 +245,9 @@ class _Turn:
 
 class TimelineBuilder:
     """Builds a :class:`Timeline` from a stream's events, added in order (see the module
-    docstring). Holds the agent context state, the previous request's body and the
-    small records of each request; never raises on an event that does not decode."""
+    docstring). Holds the agent context state, the previous request's build and body (the
+    next request reuses them, so it costs what it adds) and the small records of each
+    request; never raises on an event that does not decode."""
 
     def __init__(self, stream: str) -> None:
         self.stream = stream
@@ -254,7 +255,7 @@ class TimelineBuilder:
         self.cursor: str | None = None
         self.skipped = 0
         self._state = AgentContext.initial_state()
-        self._previous: tuple[int, bytes] | None = None
+        self._previous: tuple[int, Built, RenderedRequest] | None = None
         self._requests: dict[int, RequestTrace] = {}
         self._calls: dict[str, tuple[int, int]] = {}  # call id -> (request, index)
         self._turns: list[_Turn] = []
@@ -430,21 +431,24 @@ class TimelineBuilder:
         if header is None:
             trace = replace(trace, rebuild_error=f"request @{offset} has no header snapshot")
         else:
+            previous = self._previous
             try:
-                rendered = render_request(build_request(state), header.transport)
+                built = build(state, previous=previous[1] if previous else None)
+                rendered = render_request(
+                    built.request, header.transport, previous=previous[2] if previous else None
+                )
             except Exception as exc:  # what rebuild_request reports as a RebuildError
                 trace = replace(trace, rebuild_error=f"cannot be rebuilt: {exc}")
             else:
                 body = rendered.body
-                previous = self._previous
                 trace = replace(
                     trace,
                     rebuilt_sha256=rendered.sha256,
                     size=len(body),
                     previous_offset=previous[0] if previous else None,
-                    prefix_bytes=shared_prefix(previous[1], body) if previous else None,
+                    prefix_bytes=shared_prefix(previous[2].body, body) if previous else None,
                 )
-                self._previous = (offset, body)
+                self._previous = (offset, built, rendered)
         self._requests[offset] = trace
 
     def _response(self, stored: StoredEvent, response: LlmResponse) -> None:

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..context.events import RequestHeader
 from ..context.projection import AgentContext
-from ..context.request import build_request
+from ..context.request import Built, build
 from ..context.state import AgentContextState
 from ..errors import RebuildError
 from ..events import Event, StoredEvent
@@ -83,11 +83,12 @@ class _Reader(Protocol):
     ) -> AsyncIterator[StoredEvent]: ...
 
 
-def _render(state: AgentContextState) -> RenderedRequest | None:
+def _render(state: AgentContextState) -> tuple[Built, RenderedRequest] | None:
     if state.header is None:
         return None
     try:
-        return render_request(build_request(state), state.header.transport)
+        built = build(state)
+        return built, render_request(built.request, state.header.transport)
     except Exception:  # the previous request may not render: it is then not compared
         return None
 
@@ -97,7 +98,7 @@ async def request_bodies(journal: _Reader, stream: str, offset: int) -> RequestB
     context events. Raises RebuildError when @offset is no request with a header or
     cannot be rendered (as ``rebuild_request`` does)."""
     state = AgentContext.initial_state()
-    previous: tuple[int, RenderedRequest | None] | None = None
+    before: AgentContextState | None = None  # folded through the request before @offset
     events = journal.read_all(stream, types=AgentContext.event_types)
     async with aclosing(events):  # type: ignore[type-var]
         async for stored in events:
@@ -112,14 +113,19 @@ async def request_bodies(journal: _Reader, stream: str, offset: int) -> RequestB
             state = AgentContext.apply(state, envelope)
             at = state.request_offset
             if at == stored.position and at < offset:
-                previous = (at, _render(state))
+                before = state  # rebuilt once the pass is over: only the last one is shown
     if state.request_offset != offset or state.header is None:
         raise RebuildError(
             f"stream {stream!r} position {offset} is not a model request with a header "
             "(an LlmRequestRequested); pass the offset of a request event"
         )
+    previous = _render(before) if before is not None else None
     try:
-        rendered = render_request(build_request(state), state.header.transport)
+        # The request before reused: this one costs what it adds to it.
+        built = build(state, previous=previous[0] if previous else None)
+        rendered = render_request(
+            built.request, state.header.transport, previous=previous[1] if previous else None
+        )
     except Exception as exc:
         raise RebuildError(
             f"request @{offset} of stream {stream!r} cannot be rebuilt: {exc}"
@@ -129,6 +135,6 @@ async def request_bodies(journal: _Reader, stream: str, offset: int) -> RequestB
         rendered=rendered,
         header=state.header,
         state=state,
-        previous_offset=previous[0] if previous else None,
+        previous_offset=before.request_offset if before is not None else None,
         previous=previous[1] if previous else None,
     )
