@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 import contextfold as cf
+from contextfold import wire
+from contextfold.context import request
 from contextfold.context.rebuild import verify_requests
 from contextfold.journal import Journal
 from contextfold.runtime import compacting, instance, turn
@@ -19,7 +21,7 @@ from tests.runtime.helpers import STREAM, lookup, lookup_then_answer
 def _count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the requests the agent builds (every build goes through ``Run.build``)."""
     built: list[int] = []
-    original = instance.build
+    original = request.build
 
     def counting(*args: Any, **options: Any) -> Any:
         built.append(1)
@@ -91,7 +93,7 @@ async def test_a_request_the_gate_estimated_is_rendered_once_and_measured_as_sen
 ) -> None:
     agent = await _agent_after_a_turn(journal)
     rendered: list[bytes] = []
-    original = instance.render_request
+    original = wire.render_request
 
     def counting(*args: Any, **options: Any) -> Any:
         made = original(*args, **options)
