@@ -2,9 +2,9 @@
 
 Statements run on one dedicated thread holding one connection, so the event loop never
 waits on a lock or a sync; the first statement connects, and a failed connect is retried
-by the next call. An append that cannot wait on anything skips the thread hop, and
-appends queued together share one commit (``_sqlite_thread``). Appends take
-``BEGIN IMMEDIATE``: writers from other processes queue on SQLite's lock
+by the next call. An append that cannot wait on anything and a short read skip the
+thread hop, and appends queued together share one commit (``_sqlite_thread``). Appends
+take ``BEGIN IMMEDIATE``: writers from other processes queue on SQLite's lock
 (``busy_timeout``) instead of failing, and positions are computed inside the write
 transaction, so concurrent processes never produce a gap or duplicate. An append that
 returned is committed in the WAL and survives ``kill -9`` of the process.
@@ -316,7 +316,7 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, cursor)  # a whole page ends at the head
             return ReadResult(events, cursor, reset=reset, more=more)
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def latest(
         self,
@@ -352,7 +352,7 @@ class SQLiteStore(Store):
             known.saw_latest(namespace, stream, key, events)
             return events
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def contains(self, namespace: str, stream: str, cursor: str) -> bool:
         target = parse_cursor(cursor)
@@ -367,7 +367,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return row is not None
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def head(self, namespace: str, stream: str) -> str | None:
         known = self._known
@@ -381,7 +381,7 @@ class SQLiteStore(Store):
                 known.saw_head(namespace, stream, head)
             return head
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def version(self, namespace: str, stream: str) -> int:
         def work(conn: sqlite3.Connection) -> int:
@@ -391,7 +391,7 @@ class SQLiteStore(Store):
             ).fetchone()
             return int(row[0]) if row else 0
 
-        return await self._db.run(work)
+        return await self._db.read(work)
 
     async def delete_stream(self, namespace: str, stream: str) -> bool:
         def work(conn: sqlite3.Connection) -> bool:
@@ -436,4 +436,4 @@ class SQLiteStore(Store):
                 args.append(limit)
             return tuple(StreamInfo(s, v) for s, v in conn.execute(sql, args))
 
-        return await self._db.run(work)
+        return await self._db.read(work)
