@@ -1,6 +1,7 @@
-"""Envelopes and stored events built the fast way equal the ones built field by field: an
-envelope made from a stored event has its meta, equality, hash, pickling and repr, and
-``StoredEvent.from_rows`` equals ``from_row`` per row."""
+"""Envelopes and stored events are records of named fields in one order: an envelope made
+from a stored event equals the one built field by field (meta, equality, hash, pickling,
+repr), neither equals a plain tuple, and ``StoredEvent.from_rows`` equals ``from_row`` per
+row."""
 
 from __future__ import annotations
 
@@ -63,6 +64,30 @@ def test_an_envelope_is_read_only() -> None:
         envelope.position = 2  # type: ignore[misc]
     fields = (Pinged(n=1), EventMeta("e", "t"), "s", 1, 1, Pinged.event_type)
     assert envelope != fields and fields != envelope
+
+
+@given(meta=_META, position=st.integers(1, 10**9), global_position=st.integers(1, 10**12))
+def test_a_stored_event_is_a_record_of_its_fields_in_one_order(
+    meta: EventMeta, position: int, global_position: int
+) -> None:
+    fields = ("ns", "chat", position, global_position, Pinged.event_type, b'{"n":1}', meta)
+    stored = StoredEvent(*fields)
+    named = StoredEvent(
+        namespace="ns",
+        stream="chat",
+        position=position,
+        global_position=global_position,
+        type=Pinged.event_type,
+        data=b'{"n":1}',
+        meta=meta,
+    )
+    assert stored == named and hash(stored) == hash(named)
+    assert stored._asdict() == dict(zip(StoredEvent._fields, fields, strict=True))
+    assert stored.cursor == str(global_position) and stored.payload == {"n": 1}
+    assert pickle.loads(pickle.dumps(stored)) == stored
+    assert stored != fields and fields != stored
+    with pytest.raises(AttributeError):
+        stored.position = 2  # type: ignore[misc]
 
 
 @given(

@@ -12,13 +12,10 @@ It never needs the Event class: an unknown type is still readable as raw JSON.
 from __future__ import annotations
 
 import builtins
-import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import add
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -183,108 +180,82 @@ class NewEvent(NamedTuple):
     meta: EventMeta
 
 
-_FIELD = operator.itemgetter
-
-
+# ``cls._make(fields)`` of a NamedTuple without the Python call around it, for the records
+# made once per event of a read: ``fields`` holds every field, in the class's order.
 _make = tuple.__new__
 
 
-def _meta(
-    event_id: str,
-    time: str,
-    run_id: str | None,
-    actor: str | None,
-    idempotency_key: str | None,
-    channels: Any,
-) -> EventMeta:
-    """EventMeta from stored fields; channels as a tuple, list or \\x1f-joined str."""
-    if type(channels) is not tuple:
-        if isinstance(channels, str):
-            channels = tuple(channels.split("\x1f")) if channels else ()
-        else:
-            channels = tuple(channels)
-    # tuple.__new__, not EventMeta(...): its generated __new__ is one more Python call.
-    return _make(EventMeta, (event_id, time, run_id, actor, idempotency_key, channels))
+def _channels(value: Any) -> tuple[str, ...]:
+    """Channels as a store gives them back (a tuple, a list or a \\x1f-joined str), as a tuple."""
+    if type(value) is tuple:
+        return value
+    if isinstance(value, str):
+        return tuple(value.split("\x1f")) if value else ()
+    return tuple(value)
 
 
-class StoredEvent(tuple):  # type: ignore[type-arg]
+class StoredEvent(NamedTuple):
     """One event as the journal stored it: immutable; ``data`` are the exact JSON bytes written.
+    Equal and hashed by its fields; never equal to a plain tuple.
 
-    A tuple underneath, so reading 100,000 events builds 100,000 small objects and no
-    more: ``meta`` and ``payload`` are computed when asked for.
+    The payload is decoded only when asked for (:attr:`payload`, :meth:`decode`): a read of
+    100,000 events makes their records, not their payloads.
     """
 
-    __slots__ = ()
-
-    namespace: str = property(_FIELD(0))  # type: ignore[assignment]
-    stream: str = property(_FIELD(1))  # type: ignore[assignment]
-    global_position: int = property(_FIELD(2))  # type: ignore[assignment]
-    """Position in the whole journal; only grows, never reused (also after a delete)."""
-    position: int = property(_FIELD(3))  # type: ignore[assignment]
+    namespace: str
+    stream: str
+    position: int
     """1-based position in the stream; consecutive within one append."""
-    type: str = property(_FIELD(4))  # type: ignore[assignment]
-    data: bytes = property(_FIELD(5))  # type: ignore[assignment]
-
-    def __new__(
-        cls,
-        namespace: str,
-        stream: str,
-        position: int,
-        global_position: int,
-        type: str,
-        data: bytes,
-        meta: EventMeta,
-    ) -> StoredEvent:
-        return tuple.__new__(
-            cls,
-            (
-                namespace,
-                stream,
-                global_position,
-                position,
-                type,
-                data,
-                meta.event_id,
-                meta.time,
-                meta.run_id,
-                meta.actor,
-                meta.idempotency_key,
-                meta.channels,
-            ),
-        )
+    global_position: int
+    """Position in the whole journal; only grows, never reused (also after a delete)."""
+    type: str
+    """The event's type name."""
+    data: bytes
+    """The payload: the exact JSON bytes written."""
+    meta: EventMeta
 
     @classmethod
     def from_row(cls, namespace: str, stream: str, row: Sequence[Any]) -> StoredEvent:
         """From a store row ``(global_position, position, type, data, event_id, time, run_id,
         actor, idempotency_key, channels)``; channels as a tuple, list or \\x1f-joined str."""
-        return tuple.__new__(cls, (namespace, stream, *row))
+        global_position, position, type_name, data, event_id, time, run, actor, key, chans = row
+        meta = _make(EventMeta, (event_id, time, run, actor, key, _channels(chans)))
+        return _make(cls, (namespace, stream, position, global_position, type_name, data, meta))
 
     @classmethod
     def from_rows(
         cls, namespace: str, stream: str, rows: Iterable[Sequence[Any]]
     ) -> tuple[StoredEvent, ...]:
-        """:meth:`from_row` for each of ``rows``, without a Python call per row."""
-        return tuple(map(tuple.__new__, repeat(cls), map(add, repeat((namespace, stream)), rows)))
-
-    @property
-    def meta(self) -> EventMeta:
-        fields = self[6:]
-        # Channels kept as a tuple (an appended event's): no conversion, no call.
-        if builtins.type(fields[5]) is tuple:
-            return _make(EventMeta, fields)
-        return _meta(*fields)
+        """:meth:`from_row` of each of ``rows``, with no Python call per row: a cold read
+        makes 100,000 of them."""
+        events = []
+        seen: dict[str, tuple[str, ...]] = {}  # a read's few channel strings, split once each
+        for row in rows:
+            global_position, position, kind, data, event_id, time, run, actor, key, chans = row
+            if type(chans) is str:
+                split = seen.get(chans)
+                if split is None:
+                    split = seen[chans] = _channels(chans)
+                chans = split
+            elif type(chans) is not tuple:
+                chans = tuple(chans)
+            meta = _make(EventMeta, (event_id, time, run, actor, key, chans))
+            events.append(
+                _make(cls, (namespace, stream, position, global_position, kind, data, meta))
+            )
+        return tuple(events)
 
     @property
     def cursor(self) -> str:
         """The cursor to read after this event (opaque; stable across versions)."""
-        return str(self[2])
+        return str(self.global_position)
 
     @property
     def payload(self) -> Any:
         """The payload decoded from JSON (a fresh value each time). Raises CorruptEventError
         naming the stream and position when the stored bytes are not JSON."""
         try:
-            return canonical.loads(self[5])
+            return canonical.loads(self.data)
         except ValueError as exc:
             raise CorruptEventError(
                 f"stream {self.stream!r} position {self.position} (type {self.type!r}): "
@@ -300,7 +271,7 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
         """
         target: builtins.type[Event] = cls if cls is not None else event_class(self.type)
         try:
-            return target.model_validate_json(self[5])
+            return target.model_validate_json(self.data)
         except ValidationError:
             self.payload  # noqa: B018 - raises CorruptEventError first when it is not JSON
             raise
@@ -311,108 +282,53 @@ class StoredEvent(tuple):  # type: ignore[type-arg]
             f"type={self.type!r}, data={self.data[:80]!r})"
         )
 
-    def __hash__(self) -> int:
-        return hash((self[0], self[1], self[2]))
-
+    # A record, not a sequence: a plain tuple of the same values is another thing.
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, StoredEvent):
-            return NotImplemented
-        return tuple.__eq__(self[:11], other[:11]) and self.meta.channels == other.meta.channels
-
-    def __ne__(self, other: object) -> bool:
-        result = self.__eq__(other)
-        return result if result is NotImplemented else not result
-
-
-class Envelope(tuple, Generic[E]):  # type: ignore[type-arg]
-    """What a fold handler gets: the decoded payload with its stored coordinates and meta.
-
-    ``Envelope(payload, meta, stream, position, global_position, type)``: immutable, equal
-    and hashed by those six. A tuple underneath, like :class:`StoredEvent`: a cold read makes
-    one per event, and an envelope made from a stored event computes ``meta`` only when a
-    handler asks for it.
-    """
-
-    __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        @property
-        def payload(self) -> E: ...
-        @property
-        def stream(self) -> str: ...
-        @property
-        def position(self) -> int:
-            """Position in the stream: the item offset ``@N`` the context model renders."""
-
-        @property
-        def global_position(self) -> int: ...
-        @property
-        def type(self) -> str: ...
-    else:
-        payload = property(_FIELD(0))
-        stream = property(_FIELD(2))
-        position = property(_FIELD(3))
-        global_position = property(_FIELD(4))
-        type = property(_FIELD(5))
-
-    def __new__(
-        cls,
-        payload: E,
-        meta: EventMeta,
-        stream: str,
-        position: int,
-        global_position: int,
-        type: str,
-    ) -> Envelope[E]:
-        return tuple.__new__(cls, (payload, meta, stream, position, global_position, type))
-
-    @classmethod
-    def of(cls, stored: StoredEvent, payload: E) -> Envelope[E]:
-        """``payload`` with the coordinates and meta of ``stored`` (meta read when asked for)."""
-        if builtins.type(stored) is not StoredEvent:
-            return cls(
-                payload,
-                stored.meta,
-                stored.stream,
-                stored.position,
-                stored.global_position,
-                stored.type,
-            )
-        # The meta fields only, not the stored event: an envelope a fold keeps in its state
-        # must not keep the payload's bytes alive.
-        return tuple.__new__(cls, (payload, stored[6:], stored[1], stored[3], stored[2], stored[4]))
-
-    @property
-    def meta(self) -> EventMeta:
-        source = self[1]
-        # A stored event's meta fields as they were read (see of()), or the EventMeta given.
-        if builtins.type(source) is tuple and builtins.type(source[5]) is tuple:
-            return _make(EventMeta, source)  # channels kept as a tuple: no conversion, no call
-        return _meta(*source) if builtins.type(source) is tuple else source
-
-    @property
-    def cursor(self) -> str:
-        return str(self[4])
-
-    def _fields(self) -> tuple[Any, ...]:
-        return (self[0], self.meta, self[2], self[3], self[4], self[5])
-
-    # Not NotImplemented for other types: Python would then compare as plain tuples.
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Envelope) and self._fields() == other._fields()
+        return isinstance(other, StoredEvent) and tuple.__eq__(self, other)
 
     def __ne__(self, other: object) -> bool:
         return not self.__eq__(other)
 
     def __hash__(self) -> int:
-        return hash(self._fields())
+        return tuple.__hash__(self)
 
-    def __getnewargs__(self) -> tuple[Any, ...]:
-        return self._fields()
 
-    def __repr__(self) -> str:
-        return (
-            f"Envelope(payload={self[0]!r}, meta={self.meta!r}, stream={self[2]!r}, "
-            f"position={self[3]}, global_position={self[4]}, type={self[5]!r})"
+class Envelope(NamedTuple, Generic[E]):
+    """What a fold handler gets: the decoded payload with its stored coordinates and meta.
+
+    Immutable, equal and hashed by its fields; never equal to a plain tuple.
+    """
+
+    payload: E
+    meta: EventMeta
+    stream: str
+    position: int
+    """Position in the stream: the item offset ``@N`` the context model renders."""
+    global_position: int
+    type: str
+    """The event's type name."""
+
+    @classmethod
+    def of(cls, stored: StoredEvent, payload: E) -> Envelope[E]:
+        """``payload`` with the coordinates and meta of ``stored``."""
+        return cls(
+            payload,
+            stored.meta,
+            stored.stream,
+            stored.position,
+            stored.global_position,
+            stored.type,
         )
+
+    @property
+    def cursor(self) -> str:
+        return str(self.global_position)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Envelope) and tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __hash__(self) -> int:
+        return tuple.__hash__(self)

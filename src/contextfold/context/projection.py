@@ -85,12 +85,6 @@ AgentContext: Fold[AgentContextState] = _ContextFold(
 (``ToolCallResult`` only verifies the result item that follows it)."""
 
 
-# An envelope's meta fields without the EventMeta that ``ev.meta`` makes on each call:
-# ``ev[_META]`` holds them in EventMeta's order (a stored event's fields as read, or the
-# EventMeta it was made with).
-_META, _TIME, _ACTOR = 1, 1, 3
-
-
 def _is_request(state: AgentContextState, offset: int) -> bool:
     offsets = state.request_offsets
     index = bisect_left(offsets, offset)
@@ -116,7 +110,7 @@ def _item_values(state: AgentContextState, ev: Envelope[ContextAdded]) -> dict[s
         claimed
         if claimed is not None
         and is_trusted(payload["actor"])
-        and ev[_META][_ACTOR] == AGENT_WRITER
+        and ev.meta.actor == AGENT_WRITER
         and _is_request(state, claimed)
         else None
     )
@@ -197,7 +191,7 @@ def reduce_request(
             "published_through": max(state.published_through, offset),
             "header": header if header is not None else state.header,
             "request_offset": offset,
-            "request_time": ev[_META][_TIME],
+            "request_time": ev.meta.time,
             "request_offsets": state.request_offsets + (offset,),  # noqa: RUF005 (one copy)
         },
     )
@@ -208,7 +202,7 @@ def reduce_tool_result(state: AgentContextState, ev: Envelope[ToolCallResult]) -
     """Remember the result, so the item appended with it can be verified as its record.
     Only the runtime's own results count (journal meta actor ``tool``, as the scheduler
     decides): another writer's result verifies nothing."""
-    if ev[_META][_ACTOR] != TOOL_WRITER:
+    if ev.meta.actor != TOOL_WRITER:
         return state
     return evolve(state, {"tool_result": (ev.position, ev.payload.tool_call_id)})
 

@@ -274,11 +274,11 @@ class FoldBase(Generic[S]):
         # The default seal returns a state of a frozen type as it is: told apart here, it
         # costs no two calls per event.
         as_is = _LEAVES if getattr(seal, "__func__", None) is FoldBase._seal else ()
-        make = tuple.__new__
+        make = tuple.__new__  # Envelope._make(fields) without the Python call around it
         folded = 0
         for index in range(start, len(events)):
             event = events[index]
-            kind = event[4]
+            kind = event.type
             if kind == stop:
                 return work, index, folded
             steps = known.get(kind, _UNSEEN)
@@ -288,21 +288,24 @@ class FoldBase(Generic[S]):
                 steps = self._steps_of(kind)
             if steps is None:
                 continue
-            if run_scoped and event[8] != run_id:
+            if run_scoped and event.meta.run_id != run_id:
                 continue
             try:
                 if decoded is None:
-                    payload = steps[1](event[5])
+                    payload = steps[1](event.data)
                 else:
                     memo = (id(steps[0]), index)
                     payload = decoded.get(memo, _UNSEEN)
                     if payload is _UNSEEN:
-                        payload = decoded[memo] = steps[1](event[5])
+                        payload = decoded[memo] = steps[1](event.data)
             except ValueError as exc:  # pydantic's ValidationError is one
                 skip("decode", event, str(exc).splitlines()[0])
                 continue
             # Envelope.of, inlined: this runs once per event of every cold read.
-            envelope = make(Envelope, (payload, event[6:], event[1], event[3], event[2], kind))
+            envelope = make(
+                Envelope,
+                (payload, event.meta, event.stream, event.position, event.global_position, kind),
+            )
             folded += 1
             try:
                 work = steps[2](work, envelope)

@@ -353,14 +353,14 @@ class FoldReader:
         if not events:
             return
         first, last = events[0], events[-1]
-        before, head = first[3] - 1, str(last[2])  # (position, global_position) by index
+        before, head = first.position - 1, last.cursor
         decoded: dict[tuple[int, int], Any] = {}  # payloads, shared by the folds below
         for key, entry in self.cache.of_stream(namespace, stream):
             if entry.state is None or entry.version != before:
                 continue
             if before > 0 and (
                 entry.head is None
-                or (previous is None and int(entry.head) + 1 != first[2])
+                or (previous is None and int(entry.head) + 1 != first.global_position)
                 or (previous is not None and entry.head != previous)
             ):
                 continue
@@ -382,11 +382,11 @@ class FoldReader:
             # No read, so its recency stays as it was.
             entry.state = state
             # The last event is mostly one of the fold's types: its cursor is the head.
-            if last[4] in reading.types:
+            if last.type in reading.types:
                 entry.cursor = head
             else:
                 entry.cursor = _last_cursor(events, reading, entry.cursor)
-            entry.version = last[3]
+            entry.version = last.position
             entry.head = head
             entry.applied = True
             if folded:
@@ -534,8 +534,8 @@ def _last_cursor(events: Sequence[StoredEvent], reading: Reading, cursor: str | 
     types = reading.types
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
-        if event[4] in types:
-            return str(event[2])
+        if event.type in types:
+            return event.cursor
     return cursor
 
 

@@ -63,7 +63,6 @@ S = TypeVar("S")
 T = TypeVar("T")
 
 
-_make = tuple.__new__
 _ID_PREFIX = os.urandom(10).hex()
 _ID_COUNTER = itertools.count()
 
@@ -271,20 +270,15 @@ class Journal:
         if not last or (count > 1 and not drawn and not self.store.consecutive_globals):
             return  # which global positions they got is not known: their reads read them
         namespace, first = self.namespace, result.first_position
-        # StoredEvent's fields laid out by hand (an encoded event's meta is an EventMeta,
-        # its fields in the stored order): no Python call per event.
         stored = tuple(
-            _make(
-                StoredEvent,
-                (
-                    namespace,
-                    stream,
-                    int(drawn[offset]) if drawn else last - count + 1 + offset,
-                    first + offset,
-                    new[0],
-                    new[1],
-                )
-                + new[2],
+            StoredEvent(
+                namespace,
+                stream,
+                first + offset,
+                int(drawn[offset]) if drawn else last - count + 1 + offset,
+                new.type,
+                new.data,
+                new.meta,
             )
             for offset, new in enumerate(prepared)
         )

@@ -410,7 +410,7 @@ def _within_budget(events: tuple[StoredEvent, ...]) -> int:
     return len(events)  # pragma: no cover - the sum above was over the budget
 
 
-_DATA = operator.itemgetter(5)  # StoredEvent.data, read without a Python call per event
+_DATA = operator.attrgetter("data")  # StoredEvent.data, read without a Python call per event
 
 
 async def poll_subscribe(
