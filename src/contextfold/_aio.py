@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable
 
-__all__ = ["CancelWatch"]
+__all__ = ["CancelWatch", "finish"]
+
+log = logging.getLogger("contextfold")
 
 
 class CancelWatch:
@@ -42,3 +47,22 @@ class CancelWatch:
         """Raise CancelledError when :meth:`requested`."""
         if self.requested():
             raise asyncio.CancelledError
+
+
+async def finish(cleanup: Awaitable[None]) -> None:
+    """Run ``cleanup`` to its end for a caller that is handling a cancel (and re-raises it),
+    even when the task is cancelled again meanwhile. ``asyncio.shield`` alone returns at the
+    next cancel and leaves the cleanup running on, unawaited, after the task ended.
+
+    A failing cleanup is logged, never raised: it must not turn the cancel into an error
+    (a task cancelled at shutdown still ends cancelled). Under an anyio cancel scope, which
+    re-delivers its cancel at every await, this waits in a busy loop for the cleanup's
+    length (observer writes: milliseconds).
+    """
+    task = asyncio.ensure_future(cleanup)
+    while not task.done():
+        # A cancel here does not reach the cleanup; the caller re-raises the one it handles.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({task})
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.warning("cleanup after a cancel failed: %s", error, exc_info=error)

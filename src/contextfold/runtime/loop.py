@@ -16,7 +16,7 @@ import logging
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, cast
 
-from .._aio import CancelWatch
+from .._aio import CancelWatch, finish
 from ..context.compaction import DEFAULT_CONTEXT_WINDOW, check_context_window
 from ..context.events import ContextAdded
 from ..context.evidence import DEFAULT_CONTENT_LIMIT, check_content_limit
@@ -35,7 +35,7 @@ from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
 from .spans import LoopSpans
 from .tool_runs import InterruptedToolPolicy, run_calls
 from .tools import Toolbox
-from .turn import _finish, request, retry
+from .turn import request, retry
 
 __all__ = ["Agent", "system_prompt"]
 
@@ -187,7 +187,7 @@ class Agent:
         except asyncio.CancelledError:
             # A shutdown, maybe while tools run: observers close what they still hold open
             # (a request's own rows are closed where it is sent).
-            await _finish(run.emit(LoopCancelled()))
+            await finish(run.emit(LoopCancelled()))
             raise
         finally:
             # Never left "busy": after an error the report's status is still "idle".

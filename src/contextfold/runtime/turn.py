@@ -14,13 +14,13 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
 from pydantic import ValidationError
 
-from .._aio import CancelWatch
+from .._aio import CancelWatch, finish
 from ..context.events import (
     ContextAdded,
     LlmRequestInterrupted,
@@ -243,7 +243,7 @@ async def _deliver(
         raise
     except asyncio.CancelledError:
         # The agent itself is cancelled (a shutdown): the closing runs to its end.
-        await _finish(run.emit(RequestInterrupted(offset=offset)))
+        await finish(run.emit(RequestInterrupted(offset=offset)))
         raise
 
 
@@ -393,25 +393,6 @@ async def _stop_watch(watch: asyncio.Task[int | None], tailing: asyncio.Event) -
             await _cancel(watch)
             raise
     await _cancel(watch)  # done by now (its failure is nobody's), or waiting, or stuck
-
-
-async def _finish(cleanup: Awaitable[None]) -> None:
-    """Run ``cleanup`` to its end for a caller that is handling a cancel (and re-raises it),
-    even when the task is cancelled again meanwhile. ``asyncio.shield`` alone returns at the
-    next cancel and leaves the cleanup running on, unawaited, after the task ended.
-
-    A failing cleanup is logged, never raised: it must not turn the cancel into an error
-    (a task cancelled at shutdown still ends cancelled). Under an anyio cancel scope, which
-    re-delivers its cancel at every await, this waits in a busy loop for the cleanup's
-    length (observer writes: milliseconds).
-    """
-    task = asyncio.ensure_future(cleanup)
-    while not task.done():
-        # A cancel here does not reach the cleanup; the caller re-raises the one it handles.
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.wait({task})
-    if not task.cancelled() and (error := task.exception()) is not None:
-        log.warning("cleanup after a cancel failed: %s", error, exc_info=error)
 
 
 def _split_calls(calls: Sequence[ToolCall]) -> tuple[list[ToolCall], list[ToolCall]]:

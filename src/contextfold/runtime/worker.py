@@ -49,6 +49,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from .._aio import finish
 from ..context.state import AgentContextState
 from ..errors import (
     ConfigurationError,
@@ -65,7 +66,6 @@ from ._worker_state import ChangeKeys, Mark, Streams, StreamStatus, WorkerStats
 from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
-from .turn import _finish
 
 __all__ = ["AgentFactory", "Worker", "WorkerStats"]
 
@@ -425,7 +425,7 @@ class Worker:
             return
         except asyncio.CancelledError:
             if lease is not None:  # a shutdown: another worker takes over at once
-                await _finish(_quietly(lease.release()))
+                await finish(_quietly(lease.release()))
             raise
         finally:
             status.lease = None
