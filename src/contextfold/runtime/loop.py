@@ -83,6 +83,8 @@ class Agent:
     ``cf.Worker`` run it, whose appends are fenced by the stream's lease.
     """
 
+    __slots__ = ("_spans", "_state", "journal", "observer", "settings", "stream")
+
     def __init__(
         self,
         journal: Journal,
