@@ -20,10 +20,9 @@ remembers only the latest unfollowed ``ToolCallResult`` (position and id), nothi
 
 ``AgentContext`` is the ready fold; the ``reduce_*`` functions are the same handlers as
 plain functions. They run once per event of every read and append, so each makes its new
-item and state once, from values valid already (the payload's, the state's): nothing is
-validated again or copied through pydantic (``folds._evolve``). Its cold reads start from
-the newest materialization the runtime stored (:mod:`~contextfold.context.materialized`)
-and fold only the events after its cursor.
+item and state once, from values valid already (the payload's, the state's). Its cold
+reads start from the newest materialization the runtime stored
+(:mod:`~contextfold.context.materialized`) and fold only the events after its cursor.
 """
 
 from __future__ import annotations
