@@ -150,10 +150,6 @@ Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, versio
 AGENT = AGENT_WRITER
 """The journal meta actor the runtime appends with: the only writer whose answers count."""
 
-# The writer (journal meta actor) of an envelope without the EventMeta that ``ev.meta`` makes
-# on each call: ``ev[1]`` holds the meta fields in EventMeta's order (a stored event's fields
-# as read, or the EventMeta it was made with).
-_META, _ACTOR = 1, 3
 _TRIGGER_FIELDS = frozenset(Trigger.model_fields)
 
 
@@ -168,7 +164,7 @@ def _answers(state: SchedulerState, ev: Envelope[ContextAdded]) -> bool:
         and not state.answered
         and state.last_request is not None
         and item.llm_request_offset == state.last_request
-        and ev[_META][_ACTOR] == AGENT
+        and ev.meta.actor == AGENT
         and state.response_at is not None
         and state.response_at == ev.position - 1
     )
@@ -223,7 +219,7 @@ def _requested(state: SchedulerState, ev: Envelope[LlmRequestRequested]) -> Sche
     streak = 0 if human else state.autonomous_streak + 1
     header = ev.payload.header
     trusted = state.trusted
-    actor = ev[_META][_ACTOR]
+    actor = ev.meta.actor
     if header is not None and actor == AGENT:
         trusted = header.trusted_actor_types
     return evolve(
@@ -255,7 +251,7 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     if (
         response.request_offset != state.last_request
         or state.answered
-        or ev[_META][_ACTOR] != AGENT
+        or ev.meta.actor != AGENT
     ):
         return state
     update: dict[str, object] = {"response_at": ev.position}
@@ -276,7 +272,7 @@ def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerS
     for a call not outstanding, is ignored)."""
     call_id = ev.payload.tool_call_id
     if (
-        ev[_META][_ACTOR] != AGENT
+        ev.meta.actor != AGENT
         or call_id in state.started
         or all(c.id != call_id for c in state.outstanding)
     ):
@@ -288,7 +284,7 @@ def _started(state: SchedulerState, ev: Envelope[ToolCallStarted]) -> SchedulerS
 def _result(state: SchedulerState, ev: Envelope[ToolCallResult]) -> SchedulerState:
     """Answer an outstanding call with the result the runtime wrote for it. A duplicate, an
     unknown id or another writer's result changes nothing (it does not unblock the turn)."""
-    if ev[_META][_ACTOR] != TOOL_WRITER:
+    if ev.meta.actor != TOOL_WRITER:
         return state
     call_id = ev.payload.tool_call_id
     left = tuple(c for c in state.outstanding if c.id != call_id)
@@ -303,7 +299,7 @@ def _interrupted(state: SchedulerState, ev: Envelope[LlmRequestInterrupted]) -> 
     """Seal the latest request. Only the agent's own record counts: another writer cannot
     make the agent drop a request it owes an answer to (it interrupts with an item whose
     ``llm_request_policy`` is ``interrupt``, which the agent acts on and records)."""
-    if ev.payload.request_offset != state.last_request or ev[_META][_ACTOR] != AGENT:
+    if ev.payload.request_offset != state.last_request or ev.meta.actor != AGENT:
         return state
     return evolve(
         state,
