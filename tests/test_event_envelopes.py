@@ -1,18 +1,19 @@
-"""Envelopes and stored events are records of named fields in one order: an envelope made
-from a stored event equals the one built field by field (meta, equality, hash, pickling,
-repr), neither equals a plain tuple, and ``StoredEvent.from_rows`` equals ``from_row`` per
-row."""
+"""Envelopes and stored events are records of named fields in one order (a stored event's
+is a store's): an envelope made from a stored event equals the one built field by field
+(meta, equality, hash, pickling, repr), neither equals a plain tuple, and
+``StoredEvent.from_rows`` equals ``from_row`` per row."""
 
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import contextfold as cf
-from contextfold.events import EventMeta, StoredEvent
+from contextfold.events import EventMeta, NewEvent, StoredEvent
 
 
 class Pinged(cf.Event, type="envelopes/pinged"):
@@ -36,9 +37,8 @@ def test_an_envelope_of_a_stored_event_equals_the_one_built_field_by_field(
     meta: EventMeta, position: int, global_position: int
 ) -> None:
     payload = Pinged(n=position)
-    stored = StoredEvent(
-        "ns", "chat", position, global_position, Pinged.event_type, payload.to_json(), meta
-    )
+    new = NewEvent(Pinged.event_type, payload.to_json(), meta)
+    stored = StoredEvent.appended("ns", "chat", global_position, position, new)
     fast = cf.Envelope.of(stored, payload)
     built = cf.Envelope(payload, meta, "chat", position, global_position, Pinged.event_type)
     assert fast == built
@@ -67,25 +67,32 @@ def test_an_envelope_is_read_only() -> None:
 
 
 @given(meta=_META, position=st.integers(1, 10**9), global_position=st.integers(1, 10**12))
-def test_a_stored_event_is_a_record_of_its_fields_in_one_order(
+def test_a_stored_event_is_a_record_of_its_fields_in_the_stored_order(
     meta: EventMeta, position: int, global_position: int
 ) -> None:
-    fields = ("ns", "chat", position, global_position, Pinged.event_type, b'{"n":1}', meta)
-    stored = StoredEvent(*fields)
-    named = StoredEvent(
-        namespace="ns",
-        stream="chat",
-        position=position,
-        global_position=global_position,
-        type=Pinged.event_type,
-        data=b'{"n":1}',
-        meta=meta,
-    )
-    assert stored == named and hash(stored) == hash(named)
-    assert stored._asdict() == dict(zip(StoredEvent._fields, fields, strict=True))
-    assert stored.cursor == str(global_position) and stored.payload == {"n": 1}
+    new = NewEvent(Pinged.event_type, b'{"n":1}', meta)
+    stored = StoredEvent.appended("ns", "chat", global_position, position, new)
+    fields = ("ns", "chat", global_position, position, new.type, new.data, *meta[:5])
+    assert stored == StoredEvent(*fields, "\x1f".join(meta.channels))
+    assert stored._asdict() == {
+        "namespace": "ns",
+        "stream": "chat",
+        "global_position": global_position,
+        "position": position,
+        "type": new.type,
+        "data": new.data,
+        "event_id": meta.event_id,
+        "time": meta.time,
+        "run_id": meta.run_id,
+        "actor": meta.actor,
+        "idempotency_key": meta.idempotency_key,
+        "channels": "\x1f".join(meta.channels),
+    }
+    assert stored == StoredEvent(**stored._asdict()) and hash(stored) == hash(tuple(stored))
+    assert stored.meta == meta and stored.cursor == str(global_position)
+    assert stored.payload == {"n": 1} and stored.decode() == Pinged(n=1)
     assert pickle.loads(pickle.dumps(stored)) == stored
-    assert stored != fields and fields != stored
+    assert stored != tuple(stored) and tuple(stored) != stored
     with pytest.raises(AttributeError):
         stored.position = 2  # type: ignore[misc]
 
@@ -102,21 +109,21 @@ def test_a_stored_event_is_a_record_of_its_fields_in_one_order(
             st.none() | _TEXT,
             st.none() | _TEXT,
             st.none() | _TEXT,
-            st.one_of(_TEXT, st.lists(_TEXT.filter(bool), max_size=3).map(tuple)),
+            st.lists(_TEXT.filter(bool), max_size=3),
         ),
         max_size=10,
     )
 )
-def test_from_rows_equals_from_row_per_row(rows: list[tuple[object, ...]]) -> None:
-    many = StoredEvent.from_rows("ns", "chat", iter(rows))
+def test_from_rows_equals_from_row_per_row(rows: list[tuple[Any, ...]]) -> None:
+    """Rows as a SQL store gives them (channels joined by \\x1f), or with the channels as a
+    list or a tuple (from_row only)."""
+    joined = [(*row[:9], "\x1f".join(row[9])) for row in rows]
+    many = StoredEvent.from_rows("ns", "chat", iter(joined))
     assert isinstance(many, tuple)
-    assert many == tuple(StoredEvent.from_row("ns", "chat", row) for row in rows)
+    assert many == tuple(StoredEvent.from_row("ns", "chat", row) for row in joined)
     for event, row in zip(many, rows, strict=True):
         assert type(event) is StoredEvent
-        assert (event.namespace, event.stream, event.global_position, event.position) == (
-            "ns",
-            "chat",
-            row[0],
-            row[1],
-        )
-        assert event.meta == StoredEvent.from_row("ns", "chat", row).meta
+        assert tuple(event) == ("ns", "chat", *row[:9], "\x1f".join(row[9]))
+        assert event == StoredEvent.from_row("ns", "chat", row)
+        assert event == StoredEvent.from_row("ns", "chat", (*row[:9], tuple(row[9])))
+        assert event.meta == EventMeta(row[4], row[5], row[6], row[7], row[8], tuple(row[9]))

@@ -15,6 +15,8 @@ import builtins
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add
 from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -180,70 +182,105 @@ class NewEvent(NamedTuple):
     meta: EventMeta
 
 
-# ``cls._make(fields)`` of a NamedTuple without the Python call around it, for the records
-# made once per event of a read: ``fields`` holds every field, in the class's order.
-_make = tuple.__new__
+_SEPARATOR = "\x1f"  # between a stored event's channels: channel names hold no control character
 
 
-def _channels(value: Any) -> tuple[str, ...]:
-    """Channels as a store gives them back (a tuple, a list or a \\x1f-joined str), as a tuple."""
-    if type(value) is tuple:
-        return value
-    if isinstance(value, str):
-        return tuple(value.split("\x1f")) if value else ()
-    return tuple(value)
+def _split(channels: str) -> tuple[str, ...]:
+    """A stored event's channels (joined by \\x1f) as a tuple."""
+    return tuple(channels.split(_SEPARATOR)) if channels else ()
 
 
 class StoredEvent(NamedTuple):
     """One event as the journal stored it: immutable; ``data`` are the exact JSON bytes written.
-    Equal and hashed by its fields; never equal to a plain tuple.
 
-    The payload is decoded only when asked for (:attr:`payload`, :meth:`decode`): a read of
-    100,000 events makes their records, not their payloads.
+    Its fields are a store's columns, in their order. :attr:`meta` gathers the metadata
+    ones into an :class:`EventMeta` and :attr:`payload` decodes ``data``, when asked for: a
+    read of 100,000 events makes 100,000 records and nothing more. Equal and hashed by its
+    fields; never equal to a plain tuple.
     """
 
     namespace: str
     stream: str
-    position: int
-    """1-based position in the stream; consecutive within one append."""
     global_position: int
     """Position in the whole journal; only grows, never reused (also after a delete)."""
+    position: int
+    """1-based position in the stream; consecutive within one append."""
     type: str
     """The event's type name."""
     data: bytes
     """The payload: the exact JSON bytes written."""
-    meta: EventMeta
+    # The metadata, field by field as EventMeta has it (see meta).
+    event_id: str
+    time: str
+    run_id: str | None
+    actor: str | None
+    idempotency_key: str | None
+    channels: str
+    """The channels joined by ``\\x1f`` ("" for none), as stored; ``meta.channels`` is the tuple."""
+
+    @classmethod
+    def appended(
+        cls, namespace: str, stream: str, global_position: int, position: int, new: NewEvent
+    ) -> StoredEvent:
+        """``new`` as a store keeps it, at these positions."""
+        meta = new.meta
+        return cls(
+            namespace,
+            stream,
+            global_position,
+            position,
+            new.type,
+            new.data,
+            meta.event_id,
+            meta.time,
+            meta.run_id,
+            meta.actor,
+            meta.idempotency_key,
+            _SEPARATOR.join(meta.channels),
+        )
 
     @classmethod
     def from_row(cls, namespace: str, stream: str, row: Sequence[Any]) -> StoredEvent:
-        """From a store row ``(global_position, position, type, data, event_id, time, run_id,
-        actor, idempotency_key, channels)``; channels as a tuple, list or \\x1f-joined str."""
-        global_position, position, type_name, data, event_id, time, run, actor, key, chans = row
-        meta = _make(EventMeta, (event_id, time, run, actor, key, _channels(chans)))
-        return _make(cls, (namespace, stream, position, global_position, type_name, data, meta))
+        """From a store row, its fields after ``stream`` in their order; channels joined by
+        \\x1f, or as a list or tuple."""
+        global_position, position, kind, data, event_id, time, run, actor, key, channels = row
+        if type(channels) is not str:
+            channels = _SEPARATOR.join(channels)
+        return cls(
+            namespace,
+            stream,
+            global_position,
+            position,
+            kind,
+            data,
+            event_id,
+            time,
+            run,
+            actor,
+            key,
+            channels,
+        )
 
     @classmethod
     def from_rows(
         cls, namespace: str, stream: str, rows: Iterable[Sequence[Any]]
     ) -> tuple[StoredEvent, ...]:
-        """:meth:`from_row` of each of ``rows``, with no Python call per row: a cold read
-        makes 100,000 of them."""
-        events = []
-        seen: dict[str, tuple[str, ...]] = {}  # a read's few channel strings, split once each
-        for row in rows:
-            global_position, position, kind, data, event_id, time, run, actor, key, chans = row
-            if type(chans) is str:
-                split = seen.get(chans)
-                if split is None:
-                    split = seen[chans] = _channels(chans)
-                chans = split
-            elif type(chans) is not tuple:
-                chans = tuple(chans)
-            meta = _make(EventMeta, (event_id, time, run, actor, key, chans))
-            events.append(
-                _make(cls, (namespace, stream, position, global_position, kind, data, meta))
-            )
-        return tuple(events)
+        """:meth:`from_row` of each of ``rows`` whose channels are joined by \\x1f (as a SQL
+        store keeps them), without a Python call per row: a cold read makes 100,000."""
+        # cls._make(fields) without its length check: every row holds every field.
+        return tuple(map(tuple.__new__, repeat(cls), map(add, repeat((namespace, stream)), rows)))
+
+    @property
+    def meta(self) -> EventMeta:
+        """The metadata fields as an :class:`EventMeta` (made on each call)."""
+        return EventMeta(
+            self.event_id,
+            self.time,
+            self.run_id,
+            self.actor,
+            self.idempotency_key,
+            _split(self.channels),
+        )
 
     @property
     def cursor(self) -> str:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 import contextfold as cf
 from contextfold import canonical
 from contextfold.errors import CorruptEventError
-from contextfold.events import EventMeta, StoredEvent
+from contextfold.events import EventMeta, NewEvent, StoredEvent
 from contextfold.folds.fold import FoldBase
 from contextfold.folds.reader import _Collector
 from contextfold.store.memory import MemoryStore
@@ -105,7 +105,9 @@ def _stored(rows: Sequence[tuple[str, Any]], runs: Sequence[str | None]) -> list
     for position, ((kind, payload), run) in enumerate(zip(rows, runs, strict=True), 1):
         data = payload if isinstance(payload, bytes) else canonical.dumps(payload)
         meta = EventMeta(f"ev-{position}", "2026-01-01T00:00:00+00:00", run, None, None, ("c",))
-        events.append(StoredEvent("ns", "s", position, position + 100, kind, data, meta))
+        events.append(
+            StoredEvent.appended("ns", "s", position + 100, position, NewEvent(kind, data, meta))
+        )
     return events
 
 

@@ -20,7 +20,7 @@ from ..errors import (
     InvalidInputError,
     MissingSegmentError,
 )
-from ..events import E, Envelope, Event, StoredEvent
+from ..events import E, Envelope, Event, EventMeta, StoredEvent
 from .freeze import _LEAVES, freeze
 
 if TYPE_CHECKING:
@@ -274,7 +274,8 @@ class FoldBase(Generic[S]):
         # The default seal returns a state of a frozen type as it is: told apart here, it
         # costs no two calls per event.
         as_is = _LEAVES if getattr(seal, "__func__", None) is FoldBase._seal else ()
-        make = tuple.__new__  # Envelope._make(fields) without the Python call around it
+        make = tuple.__new__  # NamedTuple._make(fields) without the Python call around it
+        split: dict[str, tuple[str, ...]] = {}  # each stored channels string, split once
         folded = 0
         for index in range(start, len(events)):
             event = events[index]
@@ -288,7 +289,7 @@ class FoldBase(Generic[S]):
                 steps = self._steps_of(kind)
             if steps is None:
                 continue
-            if run_scoped and event.meta.run_id != run_id:
+            if run_scoped and event.run_id != run_id:
                 continue
             try:
                 if decoded is None:
@@ -302,9 +303,14 @@ class FoldBase(Generic[S]):
                 skip("decode", event, str(exc).splitlines()[0])
                 continue
             # Envelope.of, inlined: this runs once per event of every cold read.
+            channels = split.get(event.channels)
+            if channels is None:
+                channels = split[event.channels] = event.meta.channels
+            given = (event.event_id, event.time, event.run_id, event.actor, event.idempotency_key)
+            meta = make(EventMeta, (*given, channels))
             envelope = make(
                 Envelope,
-                (payload, event.meta, event.stream, event.position, event.global_position, kind),
+                (payload, meta, event.stream, event.position, event.global_position, kind),
             )
             folded += 1
             try:

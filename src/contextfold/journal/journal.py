@@ -271,14 +271,12 @@ class Journal:
             return  # which global positions they got is not known: their reads read them
         namespace, first = self.namespace, result.first_position
         stored = tuple(
-            StoredEvent(
+            StoredEvent.appended(
                 namespace,
                 stream,
-                first + offset,
                 int(drawn[offset]) if drawn else last - count + 1 + offset,
-                new.type,
-                new.data,
-                new.meta,
+                first + offset,
+                new,
             )
             for offset, new in enumerate(prepared)
         )

@@ -67,15 +67,7 @@ class MemoryStore(Store):
         for offset, new in enumerate(events, start=1):
             self._global += 1
             state.events.append(
-                StoredEvent(
-                    namespace=namespace,
-                    stream=stream,
-                    position=version + offset,
-                    global_position=self._global,
-                    type=new.type,
-                    data=new.data,
-                    meta=new.meta,
-                )
+                StoredEvent.appended(namespace, stream, self._global, version + offset, new)
             )
             state.globals.append(self._global)
         result = AppendResult(stream, version + 1, version + len(events), str(self._global))
