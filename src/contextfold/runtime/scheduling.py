@@ -248,11 +248,7 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     right after it (the same append) does (see ``_added``). One another writer appended
     (a second response, a forged webhook event) is ignored, its usage report too."""
     response = ev.payload
-    if (
-        response.request_offset != state.last_request
-        or state.answered
-        or ev.meta.actor != AGENT
-    ):
+    if response.request_offset != state.last_request or state.answered or ev.meta.actor != AGENT:
         return state
     update: dict[str, object] = {"response_at": ev.position}
     if response.usage is not None:
