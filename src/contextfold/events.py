@@ -243,23 +243,11 @@ class StoredEvent(NamedTuple):
     def from_row(cls, namespace: str, stream: str, row: Sequence[Any]) -> StoredEvent:
         """From a store row, its fields after ``stream`` in their order; channels joined by
         \\x1f, or as a list or tuple."""
-        global_position, position, kind, data, event_id, time, run, actor, key, channels = row
+        channels = row[9]
         if type(channels) is not str:
             channels = _SEPARATOR.join(channels)
-        return cls(
-            namespace,
-            stream,
-            global_position,
-            position,
-            kind,
-            data,
-            event_id,
-            time,
-            run,
-            actor,
-            key,
-            channels,
-        )
+        # cls._make(fields) without the Python call around it: a PostgreSQL read makes one a row.
+        return tuple.__new__(cls, (namespace, stream, *row[:9], channels))
 
     @classmethod
     def from_rows(
