@@ -141,10 +141,11 @@ class SchedulerState(BaseModel):
     halted: str | None = None
     reports: tuple[LlmResponse, ...] = ()
     """Usage reports (responses without text and calls) of requests after the latest
-    compaction cutoff: catch-up compaction picks the newest over the threshold from them."""
+    compaction cutoff that catch-up compaction may still pick (the newest over the
+    threshold): none with at most the input tokens of a newer one of the same model."""
 
 
-Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=5)
+Scheduler: Fold[SchedulerState] = Fold("scheduler", state=SchedulerState, version=6)
 
 
 AGENT = AGENT_WRITER
@@ -251,15 +252,25 @@ def _responded(state: SchedulerState, ev: Envelope[LlmResponse]) -> SchedulerSta
     if response.request_offset != state.last_request or state.answered or ev.meta.actor != AGENT:
         return state
     update: dict[str, object] = {"response_at": ev.position}
-    if response.usage is not None:
+    usage = response.usage
+    if usage is not None:
         report = evolve(response, {"text": "", "tool_calls": ()})
-        # Reports come in request order, one request at a time: only the newest can be an
-        # earlier report of this (the latest) request.
-        kept = state.reports
-        if kept and kept[-1].request_offset == response.request_offset:
-            kept = kept[:-1]
+        # Only reports that can still be picked (the newest over its model's threshold):
+        # one whose input is at most a newer one's of the same model never is, whatever the
+        # threshold, window or cutoff. An earlier report of this request is replaced.
+        kept = tuple(
+            r
+            for r in state.reports
+            if r.request_offset != response.request_offset
+            and not (r.model == response.model and _input(r) <= usage.input_tokens)
+        )
         update["reports"] = (*kept, report)
     return evolve(state, update)
+
+
+def _input(report: LlmResponse) -> int:
+    assert report.usage is not None  # only measured responses are reports
+    return report.usage.input_tokens
 
 
 @Scheduler.on(ToolCallStarted)
