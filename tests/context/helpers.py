@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from contextfold.context import (
     AgentContextState,
     ContextAdded,
@@ -11,6 +13,7 @@ from contextfold.context import (
     RequestHeader,
     ToolCallResult,
     fold_context,
+    request,
     tool_result_item,
 )
 from contextfold.events import Envelope, Event, EventMeta
@@ -53,3 +56,17 @@ class Log:
     def state(self, through: int | None = None) -> AgentContextState:
         envelopes = self.envelopes if through is None else self.envelopes[:through]
         return fold_context(envelopes)
+
+
+def count_item_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The offsets of the items request building makes a message of, in order, from now on
+    (each history item's message is made once per build that does not reuse it)."""
+    made: list[int] = []
+    message = request._Pairing.message
+
+    def counting(self: Any, item: Any, role: Any) -> Any:
+        made.append(item.offset)
+        return message(self, item, role)
+
+    monkeypatch.setattr(request._Pairing, "message", counting)
+    return made

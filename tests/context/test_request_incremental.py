@@ -29,10 +29,10 @@ from contextfold.context import (
     summary_item,
     tool_result_item,
 )
-from contextfold.context import request as req
 from contextfold.events import Envelope, Event, EventMeta
 from contextfold.testing import envelope
 from contextfold.wire import RenderedRequest, ToolCall, render_request
+from tests.context.helpers import count_item_builds
 
 HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512, content_limit=40)
 
@@ -188,22 +188,11 @@ def _conversation(turns: int) -> _Log:
     return log
 
 
-def _counting(made: list[int]) -> Any:
-    message = req._Pairing.message
-
-    def counting(self: Any, item: Any, role: Any) -> Any:
-        made.append(item.offset)
-        return message(self, item, role)
-
-    return counting
-
-
 def test_a_longer_history_builds_only_its_new_items(monkeypatch: Any) -> None:
     log = _conversation(30)
     first = build(log.state(), HEADER)
     log.play(("user", None, "one more", ""))
-    made: list[int] = []
-    monkeypatch.setattr(req._Pairing, "message", _counting(made))
+    made = count_item_builds(monkeypatch)
     second = build(log.state(), HEADER, previous=first)
     assert made == [len(log.envelopes)]  # only the new item went through the pairing
     third = build(log.state(), HEADER, through=len(log.envelopes), previous=second)
@@ -217,8 +206,7 @@ def test_a_previous_build_with_another_header_is_not_used(monkeypatch: Any) -> N
     log = _conversation(5)
     state = log.state()
     first = build(state, HEADER)
-    made: list[int] = []
-    monkeypatch.setattr(req._Pairing, "message", _counting(made))
+    made = count_item_builds(monkeypatch)
     longer = HEADER.model_copy(update={"content_limit": 400})
     again = build(state, longer, previous=first)
     assert len(made) == len(state.history)  # every item built again, with the new limit

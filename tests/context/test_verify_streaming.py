@@ -24,7 +24,6 @@ from contextfold.context import (
     rebuild,
     summary_item,
 )
-from contextfold.context import request as req
 from contextfold.context.rebuild import (
     RequestDrift,
     RequestRecorded,
@@ -36,6 +35,7 @@ from contextfold.context.rebuild import (
 from contextfold.errors import RebuildError
 from contextfold.events import Event, StoredEvent
 from contextfold.wire import render_request
+from tests.context.helpers import count_item_builds
 
 STREAM = "agent"
 HEADER = RequestHeader(transport="openai-chat", model="gpt-4o", max_tokens=512)
@@ -333,14 +333,7 @@ async def test_each_item_is_built_once_however_many_requests_see_it(
             for offset in offsets:
                 sha256 = (await rebuild_request(journal, STREAM, offset)).sha256
                 await journal.append(STREAM, _record(offset, sha256))
-        built: list[int] = []
-        message = req._Pairing.message
-
-        def counting(self: Any, *args: Any) -> Any:
-            built.append(1)
-            return message(self, *args)
-
-        monkeypatch.setattr(req._Pairing, "message", counting)
+        built = count_item_builds(monkeypatch)
         drifts, summary = await _streamed(journal)
     assert drifts == [] and summary.requests == 30
     assert len(built) == (30 + 29 if late else 30)

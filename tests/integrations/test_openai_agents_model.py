@@ -15,9 +15,9 @@ from pydantic import BaseModel
 
 import contextfold as cf
 from contextfold.context import AgentContext
-from contextfold.context import request as req
 from contextfold.errors import InvalidInputError, RenderError
 from contextfold.integrations.openai_agents import JournalModel, JournalSession
+from tests.context.helpers import count_item_builds
 from tests.integrations.helpers import (
     BACKENDS,
     backend_url,
@@ -111,14 +111,7 @@ async def test_a_request_builds_only_the_items_it_adds(
 ) -> None:
     """The model builds each request from the one it sent before on its stream: over a
     conversation each history item is built once, not once per request that sends it."""
-    built: list[int] = []
-    message = req._Pairing.message
-
-    def counting(self: object, *args: Any) -> Any:
-        built.append(1)
-        return message(self, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(req._Pairing, "message", counting)
+    built = count_item_builds(monkeypatch)
     session = JournalSession(journal, "chat")
     agent = weather_agent(journal, Weatherman())
     for city in ("Paris", "Rome", "Oslo", "Lima", "Kyiv", "Quito"):

@@ -161,28 +161,20 @@ def test_each_step_appends_once_in_the_journal_s_order(
     asyncio.run(check())
 
 
-class CountingStore(MemoryStore):
-    appends = 0
-
-    async def append(self, *args: Any, **options: Any) -> Any:
-        self.appends += 1
-        return await super().append(*args, **options)
-
-
 async def test_a_tool_turn_takes_six_appends_of_the_agent() -> None:
     """The request with its record, the response with its item, the call's start, the
     result with its item, the next request with its record, the answer with its item."""
-    store = CountingStore()
+    store = RecordingStore()
     journal = Journal(store, clock=fixed_clock())
     script = [[([("lookup", '{"path": "a.py"}')], None), ([], None)]]
     agent = Agent(journal, STREAM, cf.FunctionModel(Scripted(script)), tools=[lookup])
     await journal.append(
         STREAM, [system_prompt("You read files."), cf.ContextAdded(role="user", content="go")]
     )
-    before = store.appends
+    before = len(store.appends)
     report = await agent.run_until_idle()
     assert (report.steps, report.tool_calls, len(report.requests)) == (3, 1, 2)
-    assert store.appends - before == 6
+    assert len(store.appends) - before == 6
     assert await verify_requests(journal, STREAM) == ()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 
 import contextfold as cf
 from contextfold.context import AgentContext
-from contextfold.context import request as req
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.errors import InvalidInputError, RebuildError
 from contextfold.events import StoredEvent
@@ -27,6 +25,7 @@ from contextfold.timeline.detail import body_diff, request_bodies
 from contextfold.timeline.prices import Price, prices_from_env
 from contextfold.timeline.stats import stats_json, stats_of
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
+from tests.context.helpers import count_item_builds
 from tests.timeline.helpers import ticking_clock
 
 STREAM = "timeline/session"
@@ -154,14 +153,7 @@ async def test_each_item_is_built_once_however_many_requests_see_it(
         for n in range(8):
             await journal.append(STREAM, cf.ContextAdded(role="user", content=f"add 2 and {n}"))
             await agent.run_until_idle()
-        built: list[int] = []
-        message = req._Pairing.message
-
-        def counting(self: object, *args: Any) -> Any:
-            built.append(1)
-            return message(self, *args)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(req._Pairing, "message", counting)
+        built = count_item_builds(monkeypatch)
         timeline = await build_timeline(journal, STREAM)
         last = timeline.requests[-1].offset
         state = await journal.fold(AgentContext, STREAM)
