@@ -12,7 +12,6 @@ attempts``) instead of paying a summary call on every turn.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 from ..context.compaction import (
     MAX_COMPACTION_ATTEMPTS,
@@ -30,14 +29,14 @@ from ..context.rebuild import rebuild_state
 from ..context.request import build_request
 from ..context.state import AgentContextState
 from ..errors import CompactionError, RenderError
-from ..wire import NeutralRequest, RenderedRequest, Transport, body_size, render_request
+from ..wire import NeutralRequest, Transport, body_size, render_request
 from .clients import developer_role_of
 from .events import CompactionFinished, CompactionStarted
-from .instance import Run
+from .instance import Outgoing, Run
 from .lease import confirm_claim
 from .scheduling import SchedulerState
 
-__all__ = ["Outgoing", "catch_up", "relieve_pressure"]
+__all__ = ["catch_up", "relieve_pressure"]
 
 log = logging.getLogger("contextfold.runtime")
 
@@ -86,7 +85,7 @@ async def relieve_pressure(
     threshold, summarize the previous request first. Returns the context the request is
     to be built from and the request built and rendered from it (None when a compaction
     changed the context). Raises CompactionError like the catch-up."""
-    built = Outgoing(*run.build(context, header, timestamp=time))
+    built = run.build(context, header, timestamp=time)
     previous = context.request_offset
     if previous is None or previous <= context.compacted_through:
         return context, built
@@ -98,14 +97,6 @@ async def relieve_pressure(
     if await _compact(run, previous, attempt=attempt):
         return await run.journal.fold(AgentContext, run.stream), None
     return context, built
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """A request built from a context and rendered for its transport."""
-
-    request: NeutralRequest
-    rendered: RenderedRequest
 
 
 def _over(run: Run, tokens: int, model: str) -> bool:

@@ -22,7 +22,15 @@ from .spans import LoopSpans
 from .tool_runs import InterruptedToolPolicy
 from .tools import Toolbox
 
-__all__ = ["MATERIALIZE_EVERY", "AgentSettings", "AgentState", "Run", "RunReport", "Status"]
+__all__ = [
+    "MATERIALIZE_EVERY",
+    "AgentSettings",
+    "AgentState",
+    "Outgoing",
+    "Run",
+    "RunReport",
+    "Status",
+]
 
 Status = Literal["idle", "queued", "busy", "stopped"]
 
@@ -95,6 +103,14 @@ class AgentState:
     """The newest body rendered, passed to the next render (``wire.render_request``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A request built from a context and its body rendered for the header's transport."""
+
+    request: NeutralRequest
+    rendered: RenderedRequest
+
+
 @dataclass(slots=True)
 class Run:
     """What the steps of one ``run_until_idle`` share: where they read and append, the
@@ -131,7 +147,7 @@ class Run:
         *,
         through: int | None = None,
         timestamp: str | None = None,
-    ) -> tuple[NeutralRequest, RenderedRequest]:
+    ) -> Outgoing:
         """The request from ``context`` (``build_request``'s arguments) and its body for the
         header's transport, each made from the agent's previous ones where they hold the
         same (a request costs what it adds); those are replaced by these."""
@@ -143,7 +159,7 @@ class Run:
         assert header is not None  # else build raised
         request = state.built.request
         state.rendered = render_request(request, header.transport, previous=state.rendered)
-        return request, state.rendered
+        return Outgoing(request, state.rendered)
 
     def busy(self) -> None:
         self.state.status = "busy"

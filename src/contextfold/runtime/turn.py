@@ -40,7 +40,7 @@ from ..errors import CorruptEventError, ModelError, RenderError, WrongExpectedVe
 from ..events import NewEvent, StoredEvent
 from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall
 from .clients import clock_of, developer_role_of
-from .compacting import Outgoing, relieve_pressure
+from .compacting import relieve_pressure
 from .events import (
     DeltaReceived,
     RequestFailed,
@@ -49,7 +49,7 @@ from .events import (
     RequestSent,
     ResponseRecorded,
 )
-from .instance import Run
+from .instance import Outgoing, Run
 from .materializing import seen_through
 from .scheduling import AGENT, Decision, behaviour_of
 
@@ -136,7 +136,7 @@ async def _record_with_request(
     if logged is not None and logged != header:  # what a read gives: the stored bytes
         header, outgoing = logged, None
     if outgoing is None:
-        outgoing = Outgoing(*run.build(context, header, timestamp=stored.meta.time))
+        outgoing = run.build(context, header, timestamp=stored.meta.time)
     offset = version + 1
     # The turns through @version are those through @offset: neither a tool result nor a
     # request is a turn record, nor answers one.
@@ -203,7 +203,7 @@ async def retry(run: Run, offset: int, appended_by: str | None) -> None:
 async def send(run: Run, offset: int) -> None:
     """Record request @offset as the journal rebuilds it, then send it."""
     context = await run.journal.fold(AgentContext, run.stream)
-    sending: tuple[NeutralRequest, RenderedRequest] | None = None
+    sending: Outgoing | None = None
     if context.request_offset == offset and context.header is not None:
         # The cached fold through the request: the per-turn cost stays flat, unless a
         # compaction after @offset removed items the request saw.
@@ -211,7 +211,7 @@ async def send(run: Run, offset: int) -> None:
             sending = run.build(context, through=offset)
     if sending is None:  # a retry after later requests or a compaction: fold through it
         sending = run.build(await rebuild_state(run.journal, run.stream, offset))
-    neutral, rendered = sending
+    neutral, rendered = sending.request, sending.rendered
     manifest = await manifest_at(run.journal, run.stream, offset)
     recorded = _recorded(offset, rendered, manifest)
     run.saw(await run.journal.append(run.stream, recorded, actor=AGENT, channels=()))
