@@ -126,6 +126,7 @@ def runtime_only_types() -> frozenset[str]:
 RUNTIME_TYPE_PREFIXES = (
     "contextfold.agent/",  # the agent runtime
     "contextfold.checkpoint/",  # fold checkpoints
+    "contextfold.calls/",  # a framework's model calls, recorded by its integration
     "contextfold.langgraph/",  # JournalSaver
     "openai-agents/",  # JournalSession, JournalModel
     "pydantic-ai/",  # JournalHistory, RecordingModel
