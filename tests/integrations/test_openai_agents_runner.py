@@ -5,13 +5,16 @@ same SQLite file, and the SDK's compaction session on a journal."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
+import orjson
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
+from agents.extensions.memory import EncryptedSession
 from agents.items import TResponseInputItem
 from agents.memory import OpenAIResponsesCompactionSession, SessionSettings
 
@@ -463,4 +466,85 @@ async def test_a_suffix_replacement_applies_only_to_the_history_it_saw(journal: 
     assert fresh.complete
     assert await fresh.replace_suffix(2, COMPACTED) is True
     assert await session.get_items() == [user("a"), user("b"), *COMPACTED]
-    assert await session._get_compaction_snapshot(2, prune_prefix=lambda item: True) is None
+
+
+# -- the SDK's compaction under its EncryptedSession -------------------------------------------
+
+KEY = "a" * 43 + "="  # a Fernet key: 32 bytes, urlsafe base64
+
+
+def encrypted(journal: cf.Journal, session_id: str, trigger: list[bool]) -> Any:
+    """EncryptedSession over the compaction session over a JournalSession, as the SDK's
+    documentation layers them; the compaction runs when ``trigger[0]`` is true."""
+    compacting = OpenAIResponsesCompactionSession(
+        session_id=session_id,
+        underlying_session=JournalSession(journal, session_id),
+        client=cast(Any, CompactingClient(COMPACTED)),
+        should_trigger_compaction=lambda context: trigger[0],
+    )
+    return EncryptedSession(session_id, compacting, encryption_key=KEY, ttl=600)
+
+
+async def test_automatic_compaction_runs_under_the_encrypted_session(journal: cf.Journal) -> None:
+    trigger = [False]
+    session = encrypted(journal, "encrypted", trigger)
+    agent = Agent(
+        name="assistant", model=ScriptedModel([text_message("one")], [text_message("two")])
+    )
+    await Runner.run(agent, "first", session=session)
+    trigger[0] = True
+    # The model sees part of the history: only a suffix of the session can be compacted.
+    limited = RunConfig(session_settings=SessionSettings(limit=1))
+    await Runner.run(agent, "second", session=session, run_config=limited)
+    client = session.underlying_session.client
+    assert [[item.get("role") for item in call["input"]] for call in client.calls] == [
+        ["user", "assistant"]  # from the turn's user message on
+    ]
+    items = await session.get_items()
+    assert [item.get("role") for item in items[:2]] == ["user", "assistant"]
+    assert items[2:] == COMPACTED
+    underlying = session.underlying_session.underlying_session
+    events = [event async for event in journal.read_all(underlying.stream)]
+    assert decoded(events[4], SessionCompacted).replaces_from == events[2].position
+
+
+async def test_encrypted_compaction_drops_an_expired_prefix_from_the_session(
+    journal: cf.Journal,
+) -> None:
+    trigger = [True]
+    session = encrypted(journal, "expired", trigger)
+    underlying = session.underlying_session.underlying_session
+    old = int(time.time()) - 3600  # an hour ago: past the ten-minute TTL
+    expired = [
+        {"__enc__": 1, "v": 1, "kid": "hkdf-v1", "payload": token}
+        for token in (
+            session.cipher.encrypt_at_time(orjson.dumps(user(text)), old).decode()
+            for text in ("old", "older")
+        )
+    ]
+    await underlying.add_items(expired)
+    assert await session.get_items() == []  # the SDK skips expired items
+    agent = Agent(name="assistant", model=ScriptedModel([text_message("ok")]))
+    await Runner.run(agent, "hello", session=session)
+    assert await session.get_items() == COMPACTED
+    # Every older item had expired: the compaction replaced them too (the journal keeps them).
+    assert len(await underlying.get_items()) == 1
+    events = [event async for event in journal.read_all(underlying.stream)]
+    marker = decoded(events[4], SessionCompacted)
+    assert (marker.replaces_from, marker.replaced) == (None, 4)
+
+
+async def test_an_expired_prefix_before_a_live_item_stays(journal: cf.Journal) -> None:
+    session = JournalSession(journal, "kept")
+    await session.add_items([user("expired"), user("live"), user("turn")])
+    snapshot = await session._get_compaction_snapshot(1, prune_prefix=expired_items)
+    assert snapshot.items == [user("turn")] and not snapshot.complete
+    assert await snapshot.replace_suffix(0, COMPACTED) is True
+    assert await session.get_items() == [user("expired"), user("live"), *COMPACTED]
+    fresh = await session._get_compaction_snapshot(1, prune_prefix=expired_items)
+    await session.add_items([user("expired again")])
+    assert await fresh.replace_suffix(0, COMPACTED) is False  # the session moved
+
+
+def expired_items(item: TResponseInputItem) -> bool:
+    return item.get("content") == "expired"

@@ -220,11 +220,22 @@ async def test_an_explicit_limit_overrides_the_settings(journal: cf.Journal) -> 
 # -- bad input --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("limit", [-1, 1.5, True, "2"])
+@pytest.mark.parametrize("limit", [1.5, True, "2"])
 async def test_a_bad_limit_is_refused(journal: cf.Journal, limit: Any) -> None:
     session = JournalSession(journal, "bad_limit")
-    with pytest.raises(InvalidInputError, match="limit must be an int >= 0"):
+    with pytest.raises(InvalidInputError, match="limit must be an int or None"):
         await session.get_items(limit=limit)
+
+
+async def test_a_negative_limit_reads_every_item_as_sqlite_session_does(
+    journal: cf.Journal,
+) -> None:
+    session = JournalSession(journal, "negative", session_settings=SessionSettings(limit=-1))
+    items = messages("a", "b", "c")
+    await session.add_items(items)
+    assert await session.get_items() == items
+    assert await session.get_items(limit=-1) == items
+    assert await session.get_items(limit=0) == []
 
 
 @pytest.mark.parametrize("budget", [0, -5, float("nan"), "10"])

@@ -117,11 +117,13 @@ class SessionView:
 
 
 def _check_limit(limit: object) -> int | None:
+    """The item limit: None (also for a negative limit, as the SDK's SQLiteSession reads
+    it) means every item."""
     if limit is None:
         return None
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidInputError(f"limit must be an int >= 0 or None, got {limit!r}")
-    return limit
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidInputError(f"limit must be an int or None, got {limit!r}")
+    return None if limit < 0 else limit
 
 
 def _check_budget(budget: object) -> float | None:
@@ -219,7 +221,8 @@ class JournalSession:
 
     async def view(self, *, limit: int | None = None, budget: float | None = None) -> SessionView:
         """The newest whole units with at most ``limit`` items (default: the session
-        settings' limit) and at most ``budget`` tokens (default: the session's budget).
+        settings' limit; a negative limit: every item, as with the SDK's SQLiteSession) and
+        at most ``budget`` tokens (default: the session's budget).
         A unit that does not fit is left out whole: the limit rounds down to whole units.
         Raises InvalidInputError for a bad limit or budget."""
         settings = self.session_settings
@@ -429,19 +432,37 @@ class JournalSession:
         """The compaction session's bounded snapshot: the newest ``limit`` items exactly, and
         a replacement of a suffix of them that is appended at the version read, so it
         applies only to the history it saw (else it reports False and changes nothing).
-        None (the SDK then checks the complete history) when this SDK has no snapshots or
-        when asked to prune older items, which an append-only session does not do."""
-        if _Snapshot is None or prune_prefix is not None:
+        None (the SDK then checks the complete history) when this SDK has no snapshots.
+
+        ``prune_prefix`` (the SDK's EncryptedSession passes its expiry test) names items
+        older than the suffix that may leave the session with it: when every item before
+        the suffix is one, the compaction replaces the whole history. An expired item
+        before a live one stays (items leave an append-only session from the end or all
+        at once); the journal keeps every record either way."""
+        if _Snapshot is None:
             return None
+        if prune_prefix is not None and not callable(prune_prefix):
+            raise InvalidInputError(f"prune_prefix must be a function, got {prune_prefix!r:.80}")
         count = _check_limit(limit)
         state: SessionState = await self._run(self._state)
-        start = max(0, state.length - (count or 0))
+        start = 0 if count is None else max(0, state.length - count)
         window = [state.items[index] for index in range(start, state.length)]
+
+        def prunable(end: int) -> bool:
+            if prune_prefix is None or end == 0:
+                return False
+            return all(
+                prune_prefix(cast(TResponseInputItem, state.items[index].decode()))
+                for index in range(end)
+            )
 
         async def replace_suffix(first: int, output: list[TResponseInputItem]) -> bool:
             if not 0 <= first < len(window):
                 return False
-            events = self._compaction(window[first].position, len(window) - first, output)
+            if prunable(start + first):
+                events = self._compaction(None, state.length, output)
+            else:
+                events = self._compaction(window[first].position, len(window) - first, output)
 
             def unchanged(now: SessionState) -> list[Event] | None:
                 # Only onto the history the snapshot saw: a changed session is left alone.
