@@ -8,8 +8,9 @@ the exact body bytes for one transport, through the renderer registered for it
 environment, random source or id) and bodies are compact JSON in a fixed key order per
 transport, so equal requests always give equal bytes.
 
-A model's answer is a :class:`ModelOutput`. :class:`ToolCall`, :class:`ToolDefinition` and
-:class:`Usage` are the one type each for a tool call, a tool definition and token usage:
+A model's answer is a :class:`ModelOutput`. :class:`ToolCall`, :class:`ToolDefinition`,
+:class:`OutputSchema` and :class:`Usage` are the one type each for a tool call, a tool
+definition, a structured-output schema and token usage:
 frozen pydantic models that journal events store as they are (their field names are the
 journal schema), that providers' answers are parsed into, and that the transcript reads.
 
@@ -48,6 +49,7 @@ __all__ = [
     "ModelOutput",
     "NeutralMessage",
     "NeutralRequest",
+    "OutputSchema",
     "RenderedRequest",
     "Renderer",
     "Role",
@@ -157,6 +159,54 @@ class ToolDefinition(_Stored):
         schema: dict[str, Any] = loads(self.parameters)
         schema.setdefault("type", "object")
         return schema
+
+
+class OutputSchema(_Stored):
+    """Structured output: the model's answer is JSON text matching ``json_schema``.
+
+    Each transport sends it in its own form (OpenAI Responses ``text.format``, Chat
+    Completions ``response_format``, both ``json_schema`` with the name and ``strict``;
+    Anthropic ``output_config.format``, the schema alone). ``json_schema`` is kept as
+    canonical JSON text, so equal schemas compare and hash equal.
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    """The schema's name, as OpenAI requires one (letters, digits, ``_`` and ``-``)."""
+    json_schema: str = "{}"
+    """Canonical JSON text of the answer's JSON schema (a JSON object)."""
+    strict: bool = False
+    """OpenAI strict schema adherence; Anthropic always holds to the schema it is given."""
+
+    @field_validator("json_schema", mode="before")
+    @classmethod
+    def _canonical_schema(cls, value: Any, info: ValidationInfo) -> Any:
+        where = f"output schema {info.data.get('name')!r}"
+        if isinstance(value, Mapping):
+            check_json_value(dict(value), where=where)
+            schema: Any = dict(value)
+        elif isinstance(value, str):
+            try:
+                schema = loads(value)
+            except ValueError:
+                raise ValueError(f"{where} is not JSON text") from None
+        else:
+            return value  # pydantic refuses it as not a string
+        if not isinstance(schema, dict):
+            raise ValueError(f"{where} must be a JSON schema object, not {type(schema).__name__}")
+        return canonical_json(schema).decode()
+
+    @classmethod
+    def from_schema(
+        cls, *, name: str, schema: Mapping[str, Any], strict: bool = False
+    ) -> OutputSchema:
+        """An output schema from a JSON-schema mapping. Raises ValidationError when the name
+        is not a schema name or the schema is not plain JSON."""
+        return cls.model_validate({"name": name, "json_schema": schema, "strict": strict})
+
+    def answer_schema(self) -> dict[str, Any]:
+        """A fresh dict of the schema as sent."""
+        value: dict[str, Any] = loads(self.json_schema)
+        return value
 
 
 class Usage(_Stored):
@@ -269,6 +319,8 @@ class NeutralRequest:
     """Sampling temperature; omitted when None, never sent to Anthropic (it refuses it)."""
     stream: bool = False
     """Ask the provider for a server-sent event stream."""
+    output_schema: OutputSchema | None = None
+    """Structured output: the answer is JSON text matching this schema (None: free text)."""
 
     def __post_init__(self) -> None:
         if not self.model:

@@ -32,7 +32,7 @@ from pydantic import (
 )
 
 from ..events import Event
-from ..wire import ItemRole, ToolCall, ToolDefinition, Transport, Usage
+from ..wire import ItemRole, OutputSchema, ToolCall, ToolDefinition, Transport, Usage
 
 __all__ = [
     "BUILTIN_ACTOR_TYPES",
@@ -228,6 +228,8 @@ class RequestHeader(_Frozen):
     temperature: float | None = None
     stream: bool = False
     """Whether the request asks the provider for a server-sent event stream."""
+    output_schema: OutputSchema | None = None
+    """Structured output: the answer is JSON matching this schema (None: free text)."""
     developer_role: bool | None = None
     """Whether the endpoint has a native developer role; None: the transport's default
     (OpenAI transports yes, Anthropic no)."""
@@ -278,6 +280,8 @@ class RequestHeader(_Frozen):
         data: dict[str, Any] = handler(self)
         if data.get("content_limit", 0) is None:
             data.pop("content_limit")
+        if data.get("output_schema", 0) is None:
+            data.pop("output_schema")
         if data.get("layout") == 1:
             data.pop("layout")
         if data.get("clock") == "tail":

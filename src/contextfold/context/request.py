@@ -476,6 +476,7 @@ def build(
         max_tokens=header.max_tokens,
         temperature=header.temperature,
         stream=header.stream,
+        output_schema=header.output_schema,
     )
     return Built(request, _Parts(header, system, lane, history, built, calls, answered, span))
 

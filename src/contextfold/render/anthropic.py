@@ -18,6 +18,8 @@ Request role mapping (Anthropic has no developer role and only a top-level ``sys
 - Consecutive turns of one wire role merge into one message with several blocks, so
   user and assistant strictly alternate. Empty text is not sent (the API refuses it).
 
+Structured output: ``output_config.format`` (``json_schema`` with the schema only).
+
 Sampling: ``temperature`` is never sent. The API version the official SDK 2.x sends
 (``2026-10-21``) refuses every sampling parameter with HTTP 400, and the SDK no longer
 accepts one, so a body carrying it could not pass through the client.
@@ -151,6 +153,10 @@ def render_anthropic(
             }
             for tool in request.tools
         ]
+    if request.output_schema is not None:
+        # Anthropic's structured output: the schema alone (it has no name or strict flag).
+        format_ = {"type": "json_schema", "schema": request.output_schema.answer_schema()}
+        body["output_config"] = {"format": format_}
     if system:
         body["system"] = [_emit(block) for block in system]
     body["messages"] = [

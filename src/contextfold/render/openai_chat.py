@@ -3,7 +3,8 @@
 Request: roles map one to one: the protocol system text is the first ``system`` message, later
 ``system`` and ``developer`` messages keep their native roles, ``tool`` messages carry
 ``tool_call_id`` and directly follow the assistant message that made the calls; a user
-message with images sends its text and an ``image_url`` part per image. No
+message with images sends its text and an ``image_url`` part per image. Structured
+output is ``response_format`` (``json_schema`` with its name, schema and ``strict``). No
 ``cache_control`` or other unknown field is sent: OpenAI caches prefixes automatically.
 
 Answer: :func:`parse_response` reads a whole ``ChatCompletion``, :class:`StreamReader` a
@@ -56,6 +57,16 @@ def render_openai_chat(
         body["stream"] = True
         # Usage arrives only on request when streaming; compaction needs it.
         body["stream_options"] = {"include_usage": True}
+    output = request.output_schema
+    if output is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": output.name,
+                "schema": output.answer_schema(),
+                "strict": output.strict,
+            },
+        }
     # The growing history goes last, after everything that stays the same across requests.
     body["messages"] = _messages(request, previous)
     return body

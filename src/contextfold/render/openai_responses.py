@@ -5,8 +5,9 @@ with their native roles (``developer`` stays developer), assistant tool calls be
 ``function_call`` items and tool messages ``function_call_output`` items directly after
 them; a user message with images sends ``input_text`` then an ``input_image`` per image
 (``detail: auto``). Function tools always carry an explicit ``strict`` because the Responses API
-defaults it to true, which would reject ordinary schemas. No ``cache_control`` or other
-unknown field is sent: OpenAI caches prefixes automatically.
+defaults it to true, which would reject ordinary schemas. Structured output is
+``text.format`` (``json_schema`` with its name, schema and ``strict``). No ``cache_control``
+or other unknown field is sent: OpenAI caches prefixes automatically.
 
 Answer: :func:`parse_response` reads a whole ``Response``, :class:`StreamReader` a stream
 of ``ResponseStreamEvent`` (its ``response.completed`` event carries the whole answer),
@@ -55,6 +56,16 @@ def render_openai_responses(
         body["temperature"] = request.temperature
     if request.stream:
         body["stream"] = True
+    output = request.output_schema
+    if output is not None:
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": output.name,
+                "schema": output.answer_schema(),
+                "strict": output.strict,
+            }
+        }
     # The growing history goes last, after everything that stays the same across requests.
     body["input"] = _input(request, previous)
     return body
