@@ -75,11 +75,20 @@ class Readable(_Frozen):
     tool_calls: tuple[CallTool, ...] = ()
     tool_call_id: str | None = None
     """For a tool result (``role == "tool"``): the call it answers."""
+    also_answers: tuple[str, ...] = ()
+    """For a message holding several tool results (a pydantic-ai request, an ADK content):
+    the other calls it answers, after ``tool_call_id``."""
     name: str | None = None
     """For a tool result: the tool's name, when the framework keeps it."""
     actor: str | None = None
     """Who supplied it, when an integration marked it as external content (an actor type,
     as ``cf.Actor``): such a message never goes out with instruction precedence."""
+
+    def answered(self) -> tuple[str, ...]:
+        """Every tool call it answers: ``tool_call_id``, then ``also_answers``."""
+        if self.tool_call_id is None:
+            return self.also_answers
+        return (self.tool_call_id, *self.also_answers)
 
 
 class CallMessage(Event, type="contextfold.calls/message", runtime_only=True):
@@ -178,8 +187,8 @@ def pair_links(messages: Sequence[Readable]) -> list[int]:
     links: list[int] = []
     for index, message in enumerate(messages):
         link = index
-        if message.tool_call_id is not None:
-            link = min(link, calls.get(message.tool_call_id, index))
+        for answered in message.answered():
+            link = min(link, calls.get(answered, index))
         for call in message.tool_calls:
             calls[call.id] = index
         links.append(link)
@@ -262,9 +271,9 @@ def split_pairs(messages: Iterable[Readable]) -> int:
     answered: set[str] = set()
     orphans = 0
     for message in messages:
-        if message.tool_call_id is not None:
-            if message.tool_call_id in made:
-                answered.add(message.tool_call_id)
+        for call in message.answered():
+            if call in made:
+                answered.add(call)
             else:
                 orphans += 1
         made.update(call.id for call in message.tool_calls)
