@@ -5,8 +5,9 @@ the journal, sync and async use, and the errors it gives."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -263,6 +264,42 @@ def test_a_special_write_replaces_and_a_regular_one_is_kept_once(journal: cf.Syn
         ("__error__", "boom again"),
         ("ch", "first"),
     ]
+
+
+def _bounded(call: Callable[[], Any]) -> Any:
+    """``call()`` in a thread, failing the test when it has not returned in 10 seconds."""
+    result: list[Any] = []
+    worker = threading.Thread(target=lambda: result.append(call()), daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the call did not return"
+    return result[0]
+
+
+def test_a_checkpoint_put_under_its_descendant_leaves_the_delta_walk_finite(
+    journal: cf.SyncJournal,
+) -> None:
+    # As SqliteSaver (INSERT OR REPLACE): the put is taken and its parent replaced, which
+    # makes the parent chain a loop; the DeltaChannel walk stops where it loops.
+    saver = JournalSaver(journal)
+    first = _put(saver, "t", {}, versions={})
+    saver.put_writes(first, [("messages", "a")], "task-1")
+    second = _put(saver, "t", {}, versions={}, parent=first)
+    saver.put_writes(second, [("messages", "b")], "task-2")
+    found = saver.get_tuple(first)
+    assert found is not None
+    under_second: RunnableConfig = {"configurable": {**second["configurable"]}}
+    assert saver.put(under_second, found.checkpoint, found.metadata, {}) == first
+    again = saver.get_tuple(first)
+    assert again is not None and again.parent_config == second  # the chain is a loop
+    expected = {"messages": {"writes": [("task-1", "messages", "a")]}}
+    walk = functools.partial(saver.get_delta_channel_history, config=second, channels=["messages"])
+    assert _bounded(walk) == expected
+    awalk = saver.aget_delta_channel_history(config=second, channels=["messages"])
+    assert _bounded(lambda: asyncio.run(awalk)) == expected
+    # Each checkpoint's writes once, from the target's parent back to the loop.
+    from_first = saver.get_delta_channel_history(config=first, channels=["messages"])
+    assert from_first == {"messages": {"writes": [("task-2", "messages", "b")]}}
 
 
 def test_versions_grow_and_two_forks_of_one_parent_never_share_one() -> None:

@@ -47,6 +47,7 @@ from ..events import Event, RawEvent
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ._journal_bridge import JournalBridge
+from ._langgraph_delta import DeltaHistoryWalk
 from ._langgraph_index import (
     RECORD_TYPES,
     THREAD_INDEX,
@@ -85,7 +86,7 @@ _RETRIES = 3  # reads of a thread deleted meanwhile, before it counts as gone
 _COPY_BATCH = 1000
 
 
-class JournalSaver(BaseCheckpointSaver[str]):
+class JournalSaver(DeltaHistoryWalk, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer storing every thread as a stream of a contextfold journal.
 
     ``journal``: a :class:`~contextfold.SyncJournal` (sync and async graphs) or an async
