@@ -111,12 +111,26 @@ class CallEngine:
             return None
         return done
 
-    async def prepare(self, history: Sequence[Message], *, base: float = 0.0) -> Prepared:
+    async def prepare(
+        self,
+        history: Sequence[Message],
+        *,
+        base: float = 0.0,
+        tokens: Sequence[float] | None = None,
+    ) -> Prepared:
         """The messages of one call out of ``history`` (``base``: the tokens of what every
-        request holds besides them, such as the system prompt and tools)."""
+        request holds besides them, such as the system prompt and tools; ``tokens``: each
+        history message's, when the integration counted them already, else ``count``'s)."""
         digests = [message_digest(m.json) for m in history]
         readable = [m.readable for m in history]
-        tokens = [float(self.count(m)) for m in history]
+        if tokens is None:
+            tokens = [float(self.count(m)) for m in history]
+        elif len(tokens) != len(history):
+            raise InvalidInputError(
+                f"tokens= counts {len(tokens)} messages, the history has {len(history)}"
+            )
+        else:
+            tokens = [float(t) for t in tokens]
         done = await self._applying(digests)
         lowest = 0 if done is None else len(done.summarized)
         summary = None if done is None else self.summary_message(done.summary)

@@ -1,27 +1,46 @@
-"""contextfold under LangChain v1's ``create_agent``: a middleware around each model call.
+"""contextfold under LangChain v1's ``create_agent``: the context engine as model-call middleware.
 
-``create_agent(model, tools, middleware=[ContextMiddleware(budget=...)])`` hands the model
-a budgeted, pair-safe view of the agent's messages (:func:`~contextfold.integrations.
-langgraph.budget_messages`): the trusted system messages and the newest turns that fit,
-never a tool result without the call it answers nor a call without its result, and
-external content marked with :func:`~contextfold.integrations.langgraph.untrusted` sent as
-a user message. The agent's state is unchanged: what was left out of one call is still
-there for the checkpointer and for later calls with more room.
+``create_agent(model, tools, middleware=[ContextMiddleware(...)])``: around each model call
+(sync or async) the middleware
 
-With ``journal`` and ``stream`` each call first records the messages the stream has not
-recorded yet as ``cf.ContextAdded`` items, so the journal holds the conversation (the
-model's answer is recorded by the next call). Sync agents need a SyncJournal; async ones
-take either.
+- **budgets**: with ``budget=`` the model gets the newest messages that fit, dropped from
+  the oldest end in whole units (a tool call goes with its results; a call missing a
+  result, or a result missing its call, is never sent), the system prompt always;
+- **compacts**: with ``trigger=`` (and a journal), once the messages behind the newest
+  summary are over ``trigger`` tokens, a summarizer (the agent's own model, or
+  ``summarizer=``) summarizes the oldest of them, keeping ``keep`` tokens of the newest and
+  the newest answer; the summary is recorded as a ``CallCompacted`` with every message it
+  replaces, and every later call sends it (as a human message, after the system prompt)
+  in their place. Unlike LangChain's ``SummarizationMiddleware``, the graph state is not
+  rewritten: the agent, its checkpointer and a later call with more room still have every
+  message, and the journal has every original;
+- **records** (with ``journal=``): each call as a ``CallRequested`` (its messages as
+  LangChain's JSON, the system prompt, the tools as JSON schemas, the model settings, and
+  the view that chose its messages) and its answer as a ``CallAnswered`` (the AIMessage,
+  its ``usage_metadata`` as ``cf.Usage``), framework ``"langchain"``, so that
+  ``contextfold verify`` recomputes every request's digest and choice of messages;
+- **keeps trust**: a message marked with :func:`~contextfold.integrations.langgraph.
+  untrusted` never reaches the model as a system message (a marked system message goes
+  out as a human message).
 
-Needs LangChain v1 (``pip install 'contextfold[langchain]'``); without it, importing this
-module raises ImportError naming it.
+Calls are recorded on ``stream=``, or else on the run's thread: ``stream_prefix`` (by
+default ``"langgraph/"``, :class:`~contextfold.integrations.langgraph.JournalSaver`'s) plus
+the ``thread_id`` of the run's config. With a JournalSaver on the same journal as
+checkpointer, a thread's checkpoints and its model calls share one stream, and a
+compaction holds for every later invocation of the thread.
+
+Sync agents need a SyncJournal (``cf.open_journal_sync``); async ones take either. Needs
+LangChain v1 (``pip install 'contextfold[langchain]'``); without it, importing this module
+raises ImportError naming it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -30,79 +49,324 @@ except ImportError as exc:
         "contextfold.integrations.langchain needs LangChain v1: "
         "pip install 'contextfold[langchain]'"
     ) from exc
+from langchain.agents.middleware.types import ExtendedModelResponse
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, messages_from_dict
+from langchain_core.runnables import RunnableConfig
+from langgraph.config import get_config
+from langgraph.constants import TAG_NOSTREAM
 
-from ..errors import InvalidInputError
+from ..canonical import canonical_json
+from ..context.call_records import CallRecorder, Message
+from ..context.calls import CallView
+from ..errors import InvalidInputError, InvalidStreamNameError
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
+from ..wire import Usage
+from ._call_engine import CallEngine, Prepared, Summarizer, check_engine_options
 from ._journal_bridge import JournalBridge
-from ._langgraph_messages import (
-    Counter,
-    MessagesView,
-    _checked_budget,
-    _checked_counter,
-    _record,
-    budget_messages,
+from ._langchain_calls import (
+    FRAMEWORK,
+    Converted,
+    approx,
+    convert,
+    drop_unpaired,
+    model_name,
+    request_options,
+    summary_human,
+    usage_of,
 )
+from ._langgraph_messages import Counter, _checked_counter
 
-__all__ = ["ContextMiddleware"]
+__all__ = ["ContextMiddleware", "ContextSize"]
+
+T = TypeVar("T")
+
+ContextSize = float | tuple[Literal["tokens", "fraction"], float]
+"""A number of tokens, ``("tokens", n)``, or ``("fraction", f)`` of the model's
+``profile["max_input_tokens"]`` (as LangChain's ``SummarizationMiddleware`` takes them)."""
+
+
+def _checked_size(size: object, what: str) -> ContextSize | None:
+    if size is None:
+        return None
+    if isinstance(size, tuple) and len(size) == 2:
+        kind, value = size
+        if kind == "messages":
+            raise InvalidInputError(
+                f"{what}=('messages', n): contextfold compacts by tokens; give "
+                f"{what}=('tokens', n) or ('fraction', f)"
+            )
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind == "tokens" and number and value > 0:
+            return ("tokens", float(value))
+        if kind == "fraction" and number and 0 < value <= 1:
+            return ("fraction", float(value))
+    elif isinstance(size, (int, float)) and not isinstance(size, bool) and size > 0:
+        return float(size)
+    raise InvalidInputError(
+        f"{what} must be a number of tokens > 0, ('tokens', n) or ('fraction', f) with "
+        f"0 < f <= 1, got {size!r}"
+    )
+
+
+def _tokens(size: ContextSize, model: BaseChatModel, what: str) -> float:
+    if not isinstance(size, tuple):
+        return size
+    kind, value = size
+    if kind == "tokens":
+        return value
+    profile = model.profile or {}
+    limit = profile.get("max_input_tokens")
+    if not isinstance(limit, int) or limit <= 0:
+        raise InvalidInputError(
+            f"{what}=('fraction', {value}) needs the model's profile['max_input_tokens'], "
+            f"which {type(model).__name__} does not give: use ('tokens', n)"
+        )
+    return max(limit * value, 1.0)
+
+
+def _summarizer(model: BaseChatModel, loop: asyncio.AbstractEventLoop | None) -> Summarizer:
+    """The summarizer calling ``model``: its sync call off the journal's loop for a sync agent
+    (``loop`` None), else its async call on the agent's ``loop``, where its client lives.
+    Tagged ``nostream``: the summary's tokens are not streamed to the agent's user."""
+    config = RunnableConfig(tags=[TAG_NOSTREAM], metadata={"lc_source": "contextfold-compaction"})
+
+    async def summarize(prompt: str) -> tuple[str, Usage | None]:
+        if loop is None:
+            answer = await asyncio.to_thread(model.invoke, prompt, config)
+        elif asyncio.get_running_loop() is loop:
+            answer = await model.ainvoke(prompt, config)
+        else:  # on a SyncJournal's own loop
+            running = asyncio.run_coroutine_threadsafe(model.ainvoke(prompt, config), loop)
+            answer = await asyncio.wrap_future(running)
+        usage = usage_of(answer) if isinstance(answer, AIMessage) else None
+        return answer.text.strip(), usage
+
+    return summarize
+
+
+def _now(work: Coroutine[Any, Any, T]) -> T:
+    # Without a journal the engine never awaits anything that suspends: run it to its end
+    # here, in sync code too, rather than starting an event loop per model call.
+    try:
+        work.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    work.close()
+    raise RuntimeError("the context engine suspended without a journal")
+
+
+def _answer(result: Any) -> AIMessage | None:
+    if isinstance(result, ExtendedModelResponse):
+        result = result.model_response
+    if isinstance(result, AIMessage):
+        return result
+    if isinstance(result, ModelResponse):
+        found = [m for m in result.result if isinstance(m, AIMessage)]
+        return found[-1] if found else None
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One model call's inputs, converted."""
+
+    history: list[Converted]
+    options: dict[str, Any]
+    base: float
+    model: str
 
 
 class ContextMiddleware(AgentMiddleware):
-    """Budgets (and with a journal, records) the messages of each model call of a
-    ``create_agent`` agent; see the module. Raises InvalidInputError for bad options.
+    """The context engine around each model call of a ``create_agent`` agent; see the module.
 
-    ``budget`` is in tokens as ``count_tokens`` counts one message (default: contextfold's
-    ``approx_tokens``); ``keep_newest`` units (a message, or a call with its results) are
-    kept whatever they cost. :attr:`last_view` is the view the latest call sent."""
+    ``budget`` (tokens as ``count_tokens`` counts one message; default contextfold's
+    ``approx_tokens`` of its JSON) trims, ``keep_newest`` units are kept whatever they cost.
+    ``trigger`` and ``keep`` (a number of tokens, ``("tokens", n)`` or ``("fraction", f)``;
+    ``keep`` defaults to a quarter of ``trigger``) compact with ``summarizer`` (default: the
+    agent's model); compaction needs ``journal``. :attr:`last_view` is the view the latest
+    call sent. Raises InvalidInputError for bad options.
+    """
 
     def __init__(
         self,
         *,
-        budget: float,
+        budget: float | None = None,
         count_tokens: Counter | None = None,
         keep_newest: int = 1,
+        trigger: ContextSize | None = None,
+        keep: ContextSize | None = None,
+        summarizer: BaseChatModel | None = None,
         journal: Journal | SyncJournal | None = None,
         stream: str | None = None,
+        stream_prefix: str = "langgraph/",
     ) -> None:
         super().__init__()
-        _checked_budget(budget, keep_newest)
-        _checked_counter(count_tokens)
-        if (journal is None) != (stream is None):
-            raise InvalidInputError("ContextMiddleware takes journal= and stream= together")
-        self._bridge = (
-            JournalBridge(journal, what="ContextMiddleware") if journal is not None else None
-        )
-        self._stream = check_stream(stream) if stream is not None else ""
-        self._view = functools.partial(
-            budget_messages, budget=budget, count_tokens=count_tokens, keep_newest=keep_newest
-        )
-        self.last_view: MessagesView | None = None
+        self._trigger = _checked_size(trigger, "trigger")
+        self._keep = _checked_size(keep, "keep")
+        check_engine_options(budget, keep_newest, None, 0.0)
+        self._count = None if count_tokens is None else _checked_counter(count_tokens)
+        if self._trigger is None and (self._keep is not None or summarizer is not None):
+            raise InvalidInputError("keep= and summarizer= are for compaction: give trigger= too")
+        if self._trigger is not None and journal is None:
+            raise InvalidInputError(
+                "compaction (trigger=) is recorded on a journal: give journal= too"
+            )
+        if summarizer is not None and not isinstance(summarizer, BaseChatModel):
+            raise InvalidInputError(
+                f"summarizer must be a LangChain chat model, got {type(summarizer).__name__}"
+            )
+        if stream is not None and journal is None:
+            raise InvalidInputError("ContextMiddleware takes stream= together with journal=")
+        if not isinstance(stream_prefix, str):
+            raise InvalidInputError(f"stream_prefix must be a str, got {stream_prefix!r}")
+        self._bridge = JournalBridge(journal, what="ContextMiddleware") if journal else None
+        self._stream = check_stream(stream) if stream is not None else None
+        self._prefix = stream_prefix
+        self._budget = budget
+        self._keep_newest = keep_newest
+        self._summarizer = summarizer
+        self.last_view: CallView | None = None
 
-    def _budgeted(self, request: ModelRequest) -> ModelRequest:
-        view = self._view(request.messages)
-        self.last_view = view
-        return request.override(messages=list(view.messages))  # type: ignore[arg-type]
+    # -- one call -------------------------------------------------------------------------------
+
+    def _call(self, request: ModelRequest) -> _Call:
+        history = drop_unpaired([convert(m, self._count) for m in request.messages])
+        options = request_options(
+            request.system_message,
+            request.tools,
+            request.tool_choice,
+            request.model_settings,
+            request.response_format,
+        )
+        system = request.system_message
+        base = approx(canonical_json({k: v for k, v in options.items() if k != "system"}))
+        if system is not None:
+            base += convert(system, self._count).tokens
+        return _Call(history, options, base, model_name(request.model))
+
+    def _run_stream(self) -> str:
+        if self._stream is not None:
+            return self._stream
+        try:
+            configurable = get_config().get("configurable") or {}
+        except RuntimeError:
+            configurable = {}
+        thread = configurable.get("thread_id")
+        if thread is None:
+            raise InvalidInputError(
+                "ContextMiddleware records on stream=, or on the run's thread: invoke the "
+                "agent with config={'configurable': {'thread_id': ...}}"
+            )
+        try:
+            return check_stream(f"{self._prefix}{thread}")
+        except InvalidStreamNameError as exc:
+            raise InvalidStreamNameError(
+                f"thread_id {thread!r} cannot name a journal stream: {exc}"
+            ) from exc
+
+    def _engine(
+        self,
+        request: ModelRequest,
+        summarize: Summarizer | None,
+    ) -> CallEngine:
+        recorder = None
+        if self._bridge is not None:
+            recorder = CallRecorder(self._bridge.journal, self._run_stream(), FRAMEWORK)
+        compact_at = keep = None
+        if self._trigger is not None:
+            compact_at = _tokens(self._trigger, request.model, "trigger")
+            keep = (
+                compact_at / 4 if self._keep is None else _tokens(self._keep, request.model, "keep")
+            )
+        return CallEngine(
+            recorder,
+            count=self._count_message,
+            summary_message=self._summary_message,
+            budget=self._budget,
+            keep=self._keep_newest,
+            compact_at=compact_at,
+            keep_tokens=keep or 0.0,
+            summarize=summarize if compact_at is not None else None,
+        )
+
+    def _count_message(self, message: Message) -> float:
+        (built,) = messages_from_dict([message.json])
+        return convert(built, self._count).tokens
+
+    def _summary_message(self, summary: str) -> Message:
+        return convert(summary_human(summary), self._count).message
+
+    async def _prepare(self, engine: CallEngine, call: _Call) -> tuple[Prepared, int | None]:
+        prepared = await engine.prepare(
+            [c.message for c in call.history],
+            base=call.base,
+            tokens=[c.tokens for c in call.history],
+        )
+        position = await engine.record(prepared, model=call.model, options=call.options)
+        return prepared, position
+
+    def _sent(
+        self,
+        request: ModelRequest,
+        call: _Call,
+        prepared: Prepared,
+    ) -> ModelRequest:
+        self.last_view = prepared.view
+        summary: BaseMessage | None = None
+        if prepared.summary is not None:
+            (summary,) = messages_from_dict([prepared.summary.json])
+        return request.override(messages=prepared.pick([c.sent for c in call.history], summary))
+
+    @staticmethod
+    async def _record_answer(engine: CallEngine, position: int, result: Any) -> None:
+        answer = _answer(result)
+        if engine.recorder is None or answer is None:
+            return
+        meta = answer.response_metadata or {}
+        finish = meta.get("finish_reason") or meta.get("stop_reason")
+        await engine.recorder.answer(
+            position,
+            convert(answer, None).message,
+            model=meta.get("model_name") if isinstance(meta.get("model_name"), str) else None,
+            usage=usage_of(answer),
+            finish_reason=finish if isinstance(finish, str) else None,
+        )
 
     def wrap_model_call(
         self,
         request: ModelRequest,
         handler: Callable[[ModelRequest], ModelResponse],
     ) -> Any:
-        if self._bridge is not None:
-            record = functools.partial(
-                _record, self._bridge.journal, self._stream, list(request.messages)
-            )
-            self._bridge.run(record)
-        return handler(self._budgeted(request))
+        call = self._call(request)
+        summarize = _summarizer(self._summarizer or request.model, None)
+        engine = self._engine(request, summarize)
+        if self._bridge is None:
+            prepared, position = _now(self._prepare(engine, call))
+            return handler(self._sent(request, call, prepared))
+        prepared, position = self._bridge.run(functools.partial(self._prepare, engine, call))
+        result = handler(self._sent(request, call, prepared))
+        if position is not None:
+            self._bridge.run(functools.partial(self._record_answer, engine, position, result))
+        return result
 
     async def awrap_model_call(
         self,
         request: ModelRequest,
         handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> Any:
-        if self._bridge is not None:
-            record = functools.partial(
-                _record, self._bridge.journal, self._stream, list(request.messages)
+        call = self._call(request)
+        loop = asyncio.get_running_loop()
+        summarize = _summarizer(self._summarizer or request.model, loop)
+        engine = self._engine(request, summarize)
+        if self._bridge is None:
+            prepared, position = _now(self._prepare(engine, call))
+            return await handler(self._sent(request, call, prepared))
+        prepared, position = await self._bridge.arun(functools.partial(self._prepare, engine, call))
+        result = await handler(self._sent(request, call, prepared))
+        if position is not None:
+            await self._bridge.arun(
+                functools.partial(self._record_answer, engine, position, result)
             )
-            await self._bridge.arun(record)
-        return await handler(self._budgeted(request))
+        return result

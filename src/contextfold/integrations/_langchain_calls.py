@@ -1,0 +1,228 @@
+"""LangChain's side of a recorded model call: its messages, request options, answer and usage
+in contextfold's call records (:mod:`contextfold.context.calls`).
+
+A message is recorded as LangChain's own JSON (``{"type": ..., "data": model_dump}``, what
+``messages_from_dict`` reads back) with a readable form. Trust is decided here, once: a
+system message marked as supplied by an untrusted actor (:func:`~contextfold.integrations.
+langgraph.untrusted`) is converted to the human message it is sent as, before anything is
+counted, digested or recorded, so no request can carry it with system precedence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from pydantic_core import to_jsonable_python
+
+from ..canonical import canonical_json, sha256_hex
+from ..context.call_records import Message
+from ..context.calls import CallTool, Readable, ReadableRole, summary_text
+from ..context.trust import is_trusted, trusted_extensions
+from ..wire import Usage
+from ._langgraph_messages import _as_human, _system_like, actor_of
+
+__all__ = [
+    "FRAMEWORK",
+    "Converted",
+    "approx",
+    "convert",
+    "drop_unpaired",
+    "model_name",
+    "request_options",
+    "summary_human",
+    "usage_of",
+]
+
+FRAMEWORK = "langchain"
+"""The framework name of every record this integration writes."""
+
+Counter = Callable[[BaseMessage], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Converted:
+    """A message of the agent's history as one call uses it."""
+
+    sent: BaseMessage
+    """What the model is sent (an untrusted system message: as a human message)."""
+    message: Message
+    """Its JSON and readable form, for the call records."""
+    sha256: str
+    """``message_digest`` of its JSON."""
+    tokens: float
+
+
+def approx(canonical: bytes) -> float:
+    """contextfold's ``approx_tokens`` of a value from its canonical JSON."""
+    return float(math.ceil(len(canonical) / 4))
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    return orjson.dumps(content, default=str).decode()
+
+
+def _readable(message: BaseMessage, role: ReadableRole, actor: str | None) -> Readable:
+    if isinstance(message, AIMessage):
+        calls = tuple(
+            CallTool(
+                id=call.get("id") or "",
+                name=call["name"],
+                arguments=orjson.dumps(call["args"], option=orjson.OPT_SORT_KEYS).decode(),
+            )
+            for call in message.tool_calls
+        )
+        return Readable(role="assistant", text=_text(message.content), tool_calls=calls)
+    if isinstance(message, ToolMessage):
+        return Readable(
+            role="tool",
+            text=_text(message.content),
+            tool_call_id=message.tool_call_id,
+            name=message.name,
+            actor=actor,
+        )
+    return Readable(role=role, text=_text(message.content), actor=actor)
+
+
+def _role(message: BaseMessage) -> ReadableRole:
+    if isinstance(message, SystemMessage):
+        return "system"
+    if isinstance(message, ChatMessage):
+        role = message.role
+        return role if role in ("system", "developer", "assistant") else "user"  # type: ignore[return-value]
+    return "user"
+
+
+def convert(message: BaseMessage, count: Counter | None) -> Converted:
+    """``message`` as a call sends and records it (``count``: the user's token counter;
+    None: contextfold's ``approx_tokens`` of its JSON). Raises InvalidInputError for a
+    malformed actor marking, PayloadError for content JSON cannot carry."""
+    marked = actor_of(message)
+    actor = None if marked is None else marked.type
+    sent = message
+    if _system_like(message) and not is_trusted(marked, trusted_extensions()):
+        sent = _as_human(message)
+    role = "user" if sent is not message else _role(message)
+    json = {"type": sent.type, "data": sent.model_dump(mode="json")}
+    canonical = canonical_json(json)
+    tokens = approx(canonical) if count is None else count(sent)
+    readable = _readable(sent, role, actor)
+    return Converted(sent, Message(json, readable), sha256_hex(canonical), tokens)
+
+
+def drop_unpaired(history: Sequence[Converted]) -> list[Converted]:
+    """``history`` without what a provider refuses: an assistant message whose tool calls
+    are not all answered after it (with its results), and a tool result answering no
+    earlier call."""
+    made: dict[str, int] = {}
+    answered: set[str] = set()
+    for index, item in enumerate(history):
+        readable = item.message.readable
+        if readable.tool_call_id is not None and readable.tool_call_id in made:
+            answered.add(readable.tool_call_id)
+        for call in readable.tool_calls:
+            made[call.id] = index
+    dropped = {
+        made[call.id]
+        for item in history
+        for call in item.message.readable.tool_calls
+        if call.id not in answered
+    }
+    if not dropped and len(answered) == sum(
+        1 for item in history if item.message.readable.tool_call_id is not None
+    ):
+        return list(history)
+    kept: list[Converted] = []
+    for index, item in enumerate(history):
+        readable = item.message.readable
+        if index in dropped:
+            continue
+        if readable.tool_call_id is not None:
+            maker = made.get(readable.tool_call_id)
+            if maker is None or maker > index or maker in dropped:
+                continue
+        kept.append(item)
+    return kept
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value, fallback=repr)
+
+
+def _tool_json(tool: BaseTool | dict[str, Any]) -> Any:
+    if isinstance(tool, BaseTool):
+        return convert_to_openai_tool(tool)
+    return _jsonable(tool)
+
+
+def request_options(
+    system: SystemMessage | None,
+    tools: Sequence[BaseTool | dict[str, Any]],
+    tool_choice: Any,
+    settings: dict[str, Any],
+    response_format: Any,
+) -> dict[str, Any]:
+    """A request's options as JSON: the system message (LangChain's JSON), the tools as
+    JSON schemas (OpenAI's function form for LangChain tools, provider tools as given),
+    the tool choice, the model settings and the response format, each when set."""
+    options: dict[str, Any] = {}
+    if system is not None:
+        options["system"] = {"type": system.type, "data": system.model_dump(mode="json")}
+    if tools:
+        options["tools"] = [_tool_json(tool) for tool in tools]
+    if tool_choice is not None:
+        options["tool_choice"] = _jsonable(tool_choice)
+    if settings:
+        options["settings"] = _jsonable(settings)
+    if response_format is not None:
+        options["response_format"] = _jsonable(response_format)
+    return options
+
+
+def model_name(model: Any) -> str:
+    """The name a chat model reports (``model_name``, ``model`` or ``model_id``), else its
+    class name."""
+    for attribute in ("model_name", "model", "model_id"):
+        value = getattr(model, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return type(model).__name__
+
+
+def usage_of(message: AIMessage) -> Usage | None:
+    """An answer's ``usage_metadata`` as contextfold's Usage (None when it has none)."""
+    usage = message.usage_metadata
+    if not usage:
+        return None
+    inputs = usage.get("input_token_details") or {}
+    outputs = usage.get("output_token_details") or {}
+    return Usage(
+        input_tokens=max(usage.get("input_tokens") or 0, 0),
+        output_tokens=max(usage.get("output_tokens") or 0, 0),
+        cached_input_tokens=inputs.get("cache_read"),
+        cache_write_tokens=inputs.get("cache_creation"),
+        reasoning_tokens=outputs.get("reasoning"),
+    )
+
+
+def summary_human(summary: str) -> HumanMessage:
+    """The human message a summary goes out as (a faithful summary may quote untrusted
+    text: never as system)."""
+    return HumanMessage(
+        content=summary_text(summary), additional_kwargs={"lc_source": "contextfold-compaction"}
+    )
