@@ -207,10 +207,15 @@ def rebuild(
         ),
     ] = False,
 ) -> None:
-    """Print the exact body of a recorded model request, rebuilt from the journal."""
+    """Print the exact body of a recorded model request, rebuilt from the journal.
+
+    A framework's request (a call record) is printed as the canonical JSON of its
+    framework, model, messages and options, whose SHA-256 it recorded; ``--json`` adds
+    its framework and digests, ``--manifest`` is null for it.
+    """
     from .context.rebuild import rebuild_manifest, rebuild_request
     from .errors import RebuildError
-    from .inspection import require_stream
+    from .inspection import FrameworkRequest, rebuild_framework_request, require_stream
 
     async def run() -> Any:
         async with _open(url, namespace) as journal:
@@ -220,6 +225,9 @@ def rebuild(
                     f"stream {stream!r} has positions 1 to {version}: @{offset} is none of "
                     "them; pass the offset of a request event"
                 )
+            called = await rebuild_framework_request(journal, stream, offset)
+            if called is not None:
+                return called, None
             rendered = await rebuild_request(journal, stream, offset)
             return rendered, await rebuild_manifest(journal, stream, offset)
 
@@ -231,7 +239,11 @@ def rebuild(
         import orjson
 
         body = orjson.loads(rendered.body)
-        shape = {"stream": stream, "offset": offset, "transport": rendered.transport}
+        if isinstance(rendered, FrameworkRequest):
+            shape = {"stream": stream, "offset": offset, "framework": rendered.framework}
+            shape |= {"model": rendered.model, "recorded_sha256": rendered.recorded_sha256}
+        else:
+            shape = {"stream": stream, "offset": offset, "transport": rendered.transport}
         _write(
             _dumps(
                 {
@@ -291,19 +303,24 @@ def verify(
 
     One pass, holding one request at a time: each drift is printed as it is found.
     A corrupt row is reported as a drift too, with its stream and position; the rebuild
-    leaves it out, as the folds do. A stream without recorded requests has nothing to
-    verify: that is said, with exit status 1. ``--json`` lists every drift at the end.
+    leaves it out, as the folds do. A framework's call records on the stream are checked
+    after: each request rebuilt to its recorded digest, each recorded view recomputed,
+    each problem printed with its position. A stream without recorded requests has
+    nothing to verify: that is said, with exit status 1. ``--json`` lists every drift and
+    problem at the end.
     """
+    from .context.call_records import CallProblem
     from .context.rebuild import RequestDrift
     from .inspection import Verification, verification_json, verify_stream
     from .store.rows import CorruptRow
 
-    def show(found: RequestDrift | CorruptRow) -> None:
-        line = (
-            f"@{found.request_offset}: {found.error or 'bytes differ'}"
-            if isinstance(found, RequestDrift)
-            else f"@{found.position}: corrupt row, {found}"
-        )
+    def show(found: RequestDrift | CorruptRow | CallProblem) -> None:
+        if isinstance(found, RequestDrift):
+            line = f"@{found.request_offset}: {found.error or 'bytes differ'}"
+        elif isinstance(found, CallProblem):
+            line = f"@{found.position}: {found.problem}"
+        else:
+            line = f"@{found.position}: corrupt row, {found}"
         console.print(line, markup=False, highlight=False)
 
     async def run(progress: Any) -> Verification:
@@ -323,18 +340,28 @@ def verify(
         if not done.ok:
             raise typer.Exit(1)
         return
-    if not done.requests and not done.corrupt:
+    checked = done.requests or done.framework_requests
+    if not checked and not done.corrupt and not done.framework_problem_count:
         _fail(
             f"stream {stream!r} has no recorded requests: nothing to verify (requests are "
-            "recorded when an agent sends them)"
+            "recorded when an agent, or a framework's integration, sends them)"
         )
     if not done.ok:
         raise typer.Exit(1)
-    console.print(
-        f"all {done.requests} recorded request(s) of {stream!r} rebuild byte for byte",
-        markup=False,
-        highlight=False,
-    )
+    if done.requests:
+        console.print(
+            f"all {done.requests} recorded request(s) of {stream!r} rebuild byte for byte",
+            markup=False,
+            highlight=False,
+        )
+    if done.framework_requests:
+        console.print(
+            f"all {done.framework_requests} framework request(s) of {stream!r} "
+            f"({', '.join(done.frameworks)}) rebuild to their recorded digest, and the "
+            f"{done.framework_views} view(s) that chose their messages recompute",
+            markup=False,
+            highlight=False,
+        )
 
 
 @app.command()
