@@ -46,8 +46,10 @@ __all__ = [
     "RecordedRequest",
     "RecordingModel",
     "messages_digest",
+    "parameters_json",
     "recorded_requests",
     "request_digest",
+    "settings_json",
     "verify_recorded",
 ]
 
@@ -107,14 +109,17 @@ def messages_digest(messages: Sequence[ModelMessage]) -> str:
     return sha256_hex(canonical_json(_dumped(messages)))
 
 
-def _settings_json(settings: ModelSettings | None) -> dict[str, Any] | None:
+def settings_json(settings: ModelSettings | None) -> dict[str, Any] | None:
+    """Model settings as the JSON a record stores (what no encoder knows: its repr)."""
     if settings is None:
         return None
     dumped: dict[str, Any] = to_jsonable_python(settings, fallback=repr)
     return dumped
 
 
-def _parameters_json(parameters: ModelRequestParameters) -> dict[str, Any]:
+def parameters_json(parameters: ModelRequestParameters) -> dict[str, Any]:
+    """Request parameters (tools, output mode, instructions) as the JSON a record stores,
+    sets sorted."""
     dumped: dict[str, Any] = _PARAMETERS.dump_python(parameters, mode="json", fallback=repr)
     for field in dataclasses.fields(parameters):
         value = getattr(parameters, field.name)
@@ -190,16 +195,16 @@ class RecordingModel(WrapperModel):
     ) -> None:
         dumped = _dumped(messages)
         digests = [sha256_hex(canonical_json(message)) for message in dumped]
-        settings_json = _settings_json(settings)
-        parameters_json = _parameters_json(parameters)
+        settings_dumped = settings_json(settings)
+        parameters_dumped = parameters_json(parameters)
         model: str = self.model_id
         sent = PydanticAiRequestSent(
             model=model,
             messages=tuple(digests),
             messages_sha256=sha256_hex(canonical_json(dumped)),
-            settings=settings_json,
-            parameters=parameters_json,
-            sha256=request_digest(model, dumped, settings_json, parameters_json),
+            settings=settings_dumped,
+            parameters=parameters_dumped,
+            sha256=request_digest(model, dumped, settings_dumped, parameters_dumped),
         )
         await self._bridge.arun(functools.partial(self._append, dumped, digests, sent))
 

@@ -50,6 +50,7 @@ __all__ = [
     "approx_message_tokens",
     "budget_history",
     "budgeted",
+    "checked_counter_of",
     "checked_messages",
     "choose_start",
     "downgraded",
@@ -286,7 +287,9 @@ def downgraded(message: ModelRequest) -> tuple[ModelRequest, int]:
     return (replace(message, parts=parts), changed) if changed else (message, 0)
 
 
-def _checked_counter(count_tokens: Counter | None) -> Counter:
+def checked_counter_of(count_tokens: Counter | None) -> Counter:
+    """``count_tokens``, checked (default :func:`approx_message_tokens`). Raises
+    InvalidInputError for a counter that is not callable."""
     return checked_counter(count_tokens, default=approx_message_tokens, what=_named)
 
 
@@ -320,7 +323,7 @@ def budget_history(
     a bad budget or count, a malformed actor marking, or input that is not a message list.
     """
     limit = check_budget(budget)
-    count = _checked_counter(count_tokens)
+    count = checked_counter_of(count_tokens)
     given = checked_messages(messages, takes="budget_history takes a list of pydantic-ai messages")
     shapes = [shape_of(message, where=f"messages[{i}]") for i, message in enumerate(given)]
     linked = links(shapes)
@@ -355,7 +358,7 @@ def budgeted(
     bad budget or counter now, and for bad messages when it runs.
     """
     check_budget(budget)
-    _checked_counter(count_tokens)
+    checked_counter_of(count_tokens)
 
     def contextfold_budgeted(messages: list[ModelMessage]) -> list[ModelMessage]:
         return list(budget_history(messages, budget=budget, count_tokens=count_tokens).messages)

@@ -9,6 +9,10 @@ processor, the untrusted-content helpers, and a model wrapper recording what is 
   system prompts as user prompts; :func:`budget_history` is the pure function under it.
 - :func:`untrusted_prompt` and :func:`untrusted`: external content as a user prompt that names
   its actor, and a system prompt part marked as untrusted.
+- :class:`ContextModel`: wraps any model with contextfold's context engine: each call's
+  history trimmed pair-safe to a budget, compacted by summary (recorded as a
+  ``CallCompacted``, the originals kept), every request and answer recorded as
+  framework-neutral call records (``read_calls``, ``verify_calls``).
 - :class:`RecordingModel`: wraps any model and records each request (messages, settings and
   parameters as JSON, with SHA-256 digests) on a stream; :func:`recorded_requests`,
   :func:`verify_recorded` and :func:`messages_digest` check the record.
@@ -28,6 +32,7 @@ except ImportError as exc:
     ) from exc
 
 from ._pydantic_ai_history import JournalHistory, PydanticAiMessage
+from ._pydantic_ai_model import ContextModel
 from ._pydantic_ai_recording import (
     PydanticAiRequestSent,
     PydanticAiSentMessage,
@@ -51,6 +56,7 @@ from ._pydantic_ai_window import (
 
 __all__ = [
     "ACTOR_KEY",
+    "ContextModel",
     "HistoryView",
     "JournalHistory",
     "PydanticAiMessage",
