@@ -23,8 +23,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from .canonical import sha256_hex
-from .context.call_records import CallProblem, Calls, call_body, verify_calls
-from .context.calls import CallAnswered, CallCompacted, CallMessage, CallRequested
+from .context.call_records import CALL_TYPES, CallProblem, Calls, call_body, verify_calls
 from .context.rebuild import RequestDrift, RequestVerifier
 from .errors import ContextfoldError, CorruptEventError, UnknownCursorError, UnknownStreamError
 from .events import Event, StoredEvent
@@ -32,7 +31,6 @@ from .store.base import MAX_LIMIT, StreamInfo, parse_cursor
 from .store.rows import CorruptRow, SkipCorrupt
 
 __all__ = [
-    "CALL_RECORDS",
     "MAX_SUGGESTIONS",
     "FrameworkRequest",
     "Problem",
@@ -56,9 +54,6 @@ Progress = Callable[[str, int, int], None]
 Problem = Callable[[RequestDrift | CorruptRow | CallProblem], None]
 """``problem(found)``: called with each drift, corrupt row and problem of a framework's
 call records as a verification finds it."""
-
-CALL_RECORDS: tuple[type[Event], ...] = (CallMessage, CallRequested, CallAnswered, CallCompacted)
-"""The event classes of a framework's call records."""
 
 
 class _Reader(Protocol):
@@ -216,7 +211,7 @@ async def read_call_records(journal: _Reader, stream: str) -> Calls:
     """Every framework call record of ``stream``, in one read of their types; a record that
     does not decode is left out (read through a ``SkipCorrupt`` reader to have it listed)."""
     calls = Calls()
-    events = journal.read_all(stream, types=list(CALL_RECORDS))
+    events = journal.read_all(stream, types=list(CALL_TYPES))
     async with aclosing(events):  # type: ignore[type-var]
         async for stored in events:
             try:

@@ -9,9 +9,11 @@ the context as of any offset, event search, stats, and the transcript's sessions
     GET /v1/sessions?prefix=                          transcript sessions, and whether /live is
 
 A timeline is built incrementally and kept per stream (a few streams): a read after an
-append folds only the new events. Costs need a price table: ``app.state.prices`` (a
-:class:`~contextfold.timeline.PriceTable`), else ``prices=``, else the file the
-``CONTEXTFOLD_PRICES`` environment variable names. Read-only: nothing here writes.
+append folds only the new events. A framework's call records make turns and requests like
+an agent's; such a request's page is its body rebuilt from the records. Costs need a
+price table: ``app.state.prices`` (a :class:`~contextfold.timeline.PriceTable`), else
+``prices=``, else the file the ``CONTEXTFOLD_PRICES`` environment variable names.
+Read-only: nothing here writes.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from starlette.routing import Route
 from ..context.rebuild import rebuild_state
 from ..errors import CorruptEventError, InvalidInputError, RebuildError
 from ..events import StoredEvent
-from ..inspection import event_json, require_cursor, require_stream
+from ..inspection import event_json, read_call_records, require_cursor, require_stream
 from ..journal import Journal
 from ..journal.encode import check_stream
 from ..store.base import parse_cursor
 from ..timeline.build import Timeline, TimelineBuilder
 from ..timeline.detail import request_bodies
-from ..timeline.encode import bodies_json, timeline_json
+from ..timeline.encode import bodies_json, framework_page_json, timeline_json
 from ..timeline.prices import PriceTable, prices_from_env
 from ..timeline.stats import stats_json, stats_of
 from ..transcript.bus import TranscriptBus
@@ -143,9 +145,13 @@ class TraceRoutes:
                 f"stream {stream!r} has positions 1 to {version}: @{offset} is none of them; "
                 "pass the offset of a request event"
             )
-        bodies = await request_bodies(journal, stream, offset)
         timeline = await self.timeline(journal, stream)
         trace = next((r for r in timeline.requests if r.offset == offset), None)
+        if trace is not None and trace.framework is not None:  # a framework's call record
+            calls = await read_call_records(journal, stream)
+            page = framework_page_json(stream, calls, trace, self._prices(request))
+            return JSONResponse(page)
+        bodies = await request_bodies(journal, stream, offset)
         return JSONResponse(bodies_json(stream, bodies, trace, self._prices(request)))
 
     async def context_at(self, request: Request) -> Response:

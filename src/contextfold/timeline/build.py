@@ -17,16 +17,16 @@ folded exactly through it, so it also knows each body: its SHA-256 against the r
 one (the verify status), and how many of its bytes are an exact prefix of the previous
 request's body (what a provider's prompt cache can reuse). It keeps one body in memory.
 It reads events incrementally: :meth:`TimelineBuilder.add` each new event, in order, then
-take a :meth:`~TimelineBuilder.snapshot`.
+take a :meth:`~TimelineBuilder.snapshot`. A framework's call records on the stream make
+turns of their own (:mod:`.calls`), placed among the agent's in stream order.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -41,7 +41,7 @@ from ..context.events import (
 from ..context.projection import AgentContext
 from ..context.rebuild import RequestRecorded
 from ..context.request import Built, build
-from ..context.state import AgentContextState, ContextItem
+from ..context.state import ContextItem
 from ..context.trust import wire_role
 from ..context.turns import SteerAccepted, item_sha256
 from ..errors import ContextfoldError
@@ -49,9 +49,22 @@ from ..events import Event, StoredEvent
 from ..runtime.scheduling import AGENT, TOOL_WRITER, AgentHalted, behaviour_of
 from ..runtime.tool_runs import NOT_RERUN
 from ..telemetry import shared_prefix
-from ..wire import RenderedRequest, Usage, render_request
+from ..wire import RenderedRequest, render_request
+from .calls import RECORD_TYPES, CallTimeline, first_position
+from .traces import (
+    PREVIEW_CHARS,
+    ItemKind,
+    RequestTrace,
+    Timeline,
+    ToolTrace,
+    TraceItem,
+    TurnTrace,
+    Verify,
+    millis_between,
+    preview,
+)
 
-__all__ = [
+__all__ = [  # the records, defined in .traces, are named here too, as they always were
     "PREVIEW_CHARS",
     "ItemKind",
     "RequestTrace",
@@ -65,176 +78,7 @@ __all__ = [
     "millis_between",
 ]
 
-PREVIEW_CHARS = 2000
-"""Most characters of an item, answer or tool output a timeline keeps (the full text is
-in the journal, at the position the timeline names)."""
-
-Verify = Literal["ok", "drift", "error", "unsent"]
-"""A request's verify status: its rebuild gives the recorded bytes (``ok``), other bytes
-(``drift``), no bytes (``error``), or it was never sent (``unsent``: no record)."""
-
-ItemKind = Literal["trigger", "steer", "context", "compaction", "halt"]
-"""What an item is to its turn: what started it (``trigger``), an event the dispatcher
-steered into it (``steer``: its next request answers it), what landed meanwhile
-(``context``), a compaction summary, or the loop halting itself (``halt``)."""
-
 E = TypeVar("E", bound=Event)
-
-
-def _preview(text: str) -> str:
-    return text if len(text) <= PREVIEW_CHARS else text[:PREVIEW_CHARS] + "…"
-
-
-def millis_between(start: str | None, end: str | None) -> float | None:
-    """Milliseconds from one journal time (ISO 8601) to another; None when either is
-    missing or unreadable."""
-    if start is None or end is None:
-        return None
-    try:
-        delta = datetime.fromisoformat(end) - datetime.fromisoformat(start)
-    except ValueError:
-        return None
-    return delta.total_seconds() * 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolTrace:
-    """One tool call of an answer: when it started and when its result was appended."""
-
-    call_id: str
-    name: str
-    arguments: str
-    started_at: str | None = None
-    started_position: int | None = None
-    finished_at: str | None = None
-    result_position: int | None = None
-    is_error: bool | None = None
-    output: str | None = None
-    """The result (cut at :data:`PREVIEW_CHARS`); None while there is none."""
-    output_chars: int | None = None
-    not_rerun: bool = False
-    """Answered without running: it may already have run before the agent stopped."""
-
-    @property
-    def latency_ms(self) -> float | None:
-        return millis_between(self.started_at, self.finished_at)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RequestTrace:
-    """Request @offset: recorded, sent (perhaps again), answered or not."""
-
-    offset: int
-    requested_at: str
-    reason: str | None = None
-    model: str | None = None
-    transport: str | None = None
-    streamed: bool = False
-    sent_at: str | None = None
-    sends: int = 0
-    """How many times it was recorded as sent (a retry after a crash sends it again)."""
-    recorded_sha256: tuple[str, ...] = ()
-    manifest: Mapping[str, Any] | None = None
-    """A manifest recorded with the request, when its record carries one."""
-    rebuilt_sha256: str | None = None
-    rebuild_error: str | None = None
-    size: int | None = None
-    previous_offset: int | None = None
-    prefix_bytes: int | None = None
-    answered_at: str | None = None
-    response_position: int | None = None
-    response_model: str | None = None
-    usage: Usage | None = None
-    finish_reason: str | None = None
-    text: str = ""
-    text_chars: int = 0
-    tool_calls: tuple[ToolTrace, ...] = ()
-    interrupted: str | None = None
-
-    @property
-    def verify(self) -> Verify:
-        if not self.recorded_sha256:
-            return "unsent"
-        if self.rebuilt_sha256 is None:
-            return "error"
-        return "ok" if set(self.recorded_sha256) == {self.rebuilt_sha256} else "drift"
-
-    @property
-    def prefix_share(self) -> float | None:
-        """The share of the body that is an exact prefix of the previous request's body."""
-        if self.prefix_bytes is None or not self.size:
-            return None
-        return self.prefix_bytes / self.size
-
-    @property
-    def latency_ms(self) -> float | None:
-        """From sent to answered (journal times)."""
-        return millis_between(self.sent_at or self.requested_at, self.answered_at)
-
-    @property
-    def end_time(self) -> str:
-        times = [self.requested_at, self.sent_at, self.answered_at]
-        times += [t.finished_at for t in self.tool_calls]
-        return max(t for t in times if t is not None)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TraceItem:
-    """A context item (or a halt) in a turn: what woke it, or what landed meanwhile."""
-
-    kind: ItemKind
-    position: int
-    time: str
-    role: str | None = None
-    """The role the model received the item as (the trust rules decide it: a webhook's
-    developer item is ``user``); until a request sends it, the role the latest request's
-    rules would give it. None for a halt."""
-    actor: str | None = None
-    """The item's actor (``type`` or ``type:id``), else its journal writer."""
-    text: str = ""
-    chars: int = 0
-    through: int | None = None
-    """For a compaction summary: the request whose history it replaces."""
-    usage: Usage | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnTrace:
-    """One turn: its triggers and other items, and its requests, in journal order."""
-
-    index: int
-    items: tuple[TraceItem, ...]
-    requests: tuple[RequestTrace, ...]
-
-    @property
-    def start_time(self) -> str:
-        times = [i.time for i in self.items] + [r.requested_at for r in self.requests]
-        return min(times)
-
-    @property
-    def end_time(self) -> str:
-        times = [i.time for i in self.items] + [r.end_time for r in self.requests]
-        return max(times)
-
-    @property
-    def duration_ms(self) -> float | None:
-        return millis_between(self.start_time, self.end_time)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Timeline:
-    """A stream's turns through ``version``, and the agent context folded through it."""
-
-    stream: str
-    version: int
-    turns: tuple[TurnTrace, ...]
-    state: AgentContextState
-    skipped: int = 0
-    """Rows left out because they no longer decode (the folds leave them out too)."""
-
-    @property
-    def requests(self) -> tuple[RequestTrace, ...]:
-        return tuple(r for turn in self.turns for r in turn.requests)
 
 
 @dataclass(slots=True)
@@ -264,6 +108,7 @@ class TimelineBuilder:
         # decides the role the model receives each as.
         self._unsent: list[tuple[list[TraceItem], int, ContextItem]] = []
         self._steer: tuple[int, str] | None = None  # the item a SteerAccepted promised
+        self._framework = CallTimeline()  # a framework's call records on the same stream
 
     def add(self, stored: StoredEvent) -> None:
         """Fold one event (the next of the stream)."""
@@ -310,7 +155,7 @@ class TimelineBuilder:
                 finished_at=stored.meta.time,
                 result_position=stored.position,
                 is_error=result.is_error,
-                output=_preview(result.content),
+                output=preview(result.content),
                 output_chars=len(result.content),
                 not_rerun=result.is_error and result.content == NOT_RERUN,
             )
@@ -332,6 +177,8 @@ class TimelineBuilder:
                 text=f"{halted.reason}: {halted.detail}" if halted.detail else halted.reason,
             )
             self._note(item)
+        elif kind in RECORD_TYPES:
+            self._framework.add(stored.position, stored.meta.time, stored.decode())
 
     def _item(self, stored: StoredEvent, item: ContextAdded) -> None:
         writer = stored.meta.actor
@@ -374,7 +221,7 @@ class TimelineBuilder:
                 header.trusted_actor_types if header is not None else (),
             ),
             actor=actor,
-            text=_preview(item.content),
+            text=preview(item.content),
             chars=len(item.content),
             through=item.compaction.replaces_history_through if item.compaction else None,
             usage=item.compaction.usage if item.compaction else None,
@@ -468,7 +315,7 @@ class TimelineBuilder:
                 "response_model": response.model,
                 "usage": response.usage,
                 "finish_reason": response.stop_reason,
-                "text": _preview(response.text),
+                "text": preview(response.text),
                 "text_chars": len(response.text),
                 "tool_calls": calls,
             },
@@ -503,12 +350,17 @@ class TimelineBuilder:
         ]
         if self._pending:  # triggers not answered yet: a turn waiting for its request
             turns.append(TurnTrace(index=len(turns), items=tuple(self._pending), requests=()))
+        framework = self._framework.turns()
+        if framework:  # a framework's turns, in stream order with any of an agent's
+            merged = sorted([*turns, *framework], key=first_position)
+            turns = [replace(turn, index=n) for n, turn in enumerate(merged)]
         return Timeline(
             stream=self.stream,
             version=self.version,
             turns=tuple(turns),
             state=self._state,
             skipped=self.skipped,
+            framework=self._framework.context(),
         )
 
 

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..canonical import sha256_hex
+from ..context.call_records import Calls, call_body
+from ..errors import InvalidInputError
 from ..wire import Usage
-from .build import RequestTrace, Timeline, ToolTrace, TraceItem, TurnTrace
-from .detail import RequestBodies
+from .detail import BodyDiff, RequestBodies, body_diff
 from .prices import PriceTable
 from .stats import stats_json, stats_of
+from .traces import RequestTrace, Timeline, ToolTrace, TraceItem, TurnTrace
 
 __all__ = [
     "DIFF_CHARS",
     "bodies_json",
+    "framework_page_json",
     "request_json",
     "timeline_json",
     "turn_json",
@@ -57,6 +61,7 @@ def request_json(request: RequestTrace, prices: PriceTable | None = None) -> dic
         "reason": request.reason,
         "model": model,
         "transport": request.transport,
+        "framework": request.framework,
         "streamed": request.streamed,
         "sends": request.sends,
         "verify": request.verify,
@@ -89,7 +94,9 @@ def _item_json(item: TraceItem) -> dict[str, Any]:
         "text": item.text,
         "chars": item.chars,
         "through": item.through,
+        "summarized": item.summarized,
         "usage": usage_json(item.usage),
+        "model": item.model,
     }
 
 
@@ -129,25 +136,27 @@ def _cut(data: bytes) -> tuple[str, bool]:
     return (text[:DIFF_CHARS], True) if len(text) > DIFF_CHARS else (text, False)
 
 
+def _diff_json(previous_offset: int | None, diff: BodyDiff | None) -> dict[str, Any] | None:
+    if diff is None:
+        return None
+    removed, removed_cut = _cut(diff.removed)
+    added, added_cut = _cut(diff.added)
+    return {
+        "previous_offset": previous_offset,
+        "prefix_bytes": diff.prefix,
+        "suffix_bytes": diff.suffix,
+        "share": diff.share,
+        "removed": removed,
+        "added": added,
+        "cut": removed_cut or added_cut,
+    }
+
+
 def bodies_json(
     stream: str, bodies: RequestBodies, trace: RequestTrace | None, prices: PriceTable | None
 ) -> dict[str, Any]:
     """The request page: exact body, header snapshot, session prefix, verify status, and
     the diff against the previous request."""
-    diff = bodies.diff
-    diff_body: dict[str, Any] | None = None
-    if diff is not None:
-        removed, removed_cut = _cut(diff.removed)
-        added, added_cut = _cut(diff.added)
-        diff_body = {
-            "previous_offset": bodies.previous_offset,
-            "prefix_bytes": diff.prefix,
-            "suffix_bytes": diff.suffix,
-            "share": diff.share,
-            "removed": removed,
-            "added": added,
-            "cut": removed_cut or added_cut,
-        }
     header = bodies.header
     return {
         "stream": stream,
@@ -161,6 +170,53 @@ def bodies_json(
         ),
         "header": header.model_dump(mode="json"),
         "session_prefix": [m.model_dump(mode="json") for m in header.session_prefix],
-        "diff": diff_body,
+        "diff": _diff_json(bodies.previous_offset, bodies.diff),
         "trace": request_json(trace, prices) if trace is not None else None,
+    }
+
+
+def framework_page_json(
+    stream: str, calls: Calls, trace: RequestTrace, prices: PriceTable | None
+) -> dict[str, Any]:
+    """The request page of a framework's request (a call record): the shape of
+    :func:`bodies_json`, its body rebuilt from the records (the JSON its digest covers),
+    its header the model, framework, options and view, and ``messages`` each message sent
+    in its readable form with its digest (``previous_messages``: the digests the previous
+    request sent). Raises InvalidInputError when the body cannot be rebuilt."""
+    sent = calls.requests[trace.offset]
+    body = call_body(calls, trace.offset)
+    previous: bytes | None = None
+    before = calls.requests.get(trace.previous_offset or 0)
+    if trace.previous_offset is not None and before is not None:
+        try:
+            previous = call_body(calls, trace.previous_offset)
+        except InvalidInputError:  # not comparable: shown as the first request is
+            previous = None
+    diff = body_diff(previous, body) if previous is not None else None
+    messages = []
+    for digest in sent.messages:
+        readable = calls.readable(digest)
+        shown = readable.model_dump(mode="json", exclude_none=True) if readable else {}
+        messages.append({**shown, "sha256": digest})
+    view = sent.view.model_dump(mode="json") if sent.view is not None else None
+    return {
+        "stream": stream,
+        "offset": trace.offset,
+        "transport": sent.framework,
+        "framework": sent.framework,
+        "sha256": sha256_hex(body),
+        "size": len(body),
+        "body": body.decode("utf-8", errors="replace"),
+        "previous_body": previous.decode("utf-8", errors="replace") if previous else None,
+        "header": {
+            "model": sent.model,
+            "framework": sent.framework,
+            "options": sent.options,
+            "view": view,
+        },
+        "session_prefix": [],
+        "diff": _diff_json(trace.previous_offset if diff else None, diff),
+        "messages": messages,
+        "previous_messages": list(before.messages) if before is not None and diff else [],
+        "trace": request_json(trace, prices),
     }

@@ -1,6 +1,10 @@
 """What a stream's session amounted to: requests, tokens (per lane and as reported),
 the prompt cache's share, compactions and cost; the numbers ``contextfold stats`` prints
-and the inspector's summary shows. Pure functions of a :class:`~.build.Timeline`."""
+and the inspector's summary shows. Pure functions of a :class:`~.traces.Timeline`.
+
+A framework's stream (call records, no agent header) has its model and lanes from its
+newest request: its system messages, the summary standing in for older messages, the
+other messages, and the request's options (system prompt, tools, settings)."""
 
 from __future__ import annotations
 
@@ -10,20 +14,10 @@ from typing import Any
 from ..context.compaction import context_window
 from ..context.state import AgentContextState
 from ..views.tokens import approx_tokens
-from .build import Timeline
 from .prices import PriceTable
+from .traces import LaneTokens, Timeline
 
 __all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of", "stats_text"]
-
-
-@dataclass(frozen=True, slots=True)
-class LaneTokens:
-    """One lane of the context as the latest request sees it: items and approximate tokens
-    (JSON length / 4, the default counter)."""
-
-    lane: str
-    items: int
-    tokens: int
 
 
 def lanes_of(state: AgentContextState) -> tuple[LaneTokens, ...]:
@@ -76,6 +70,8 @@ class Stats:
     """The input tokens the provider reported for the latest answered request."""
     priced: bool = False
     """Whether a price table was given (``cost`` may still be None: nothing it prices)."""
+    frameworks: tuple[str, ...] = ()
+    """The frameworks whose call records the stream holds."""
 
 
 def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
@@ -99,15 +95,19 @@ def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
             else:
                 cost = (cost or 0.0) + spent
         for item in compactions:
-            spent = prices.cost(
-                timeline.state.header.model if timeline.state.header else None, item.usage
-            )
+            agent = timeline.state.header.model if timeline.state.header else None
+            spent = prices.cost(item.model or agent, item.usage)
             if spent is not None:
                 cost = (cost or 0.0) + spent
     verify = {"ok": 0, "drift": 0, "error": 0, "unsent": 0}
     for request in requests:
         verify[request.verify] += 1
     header = timeline.state.header
+    framework = timeline.framework
+    model = header.model if header is not None else None
+    lanes = lanes_of(timeline.state)
+    if header is None and framework is not None:
+        model, lanes = framework.model, framework.lanes
     return Stats(
         stream=timeline.stream,
         version=timeline.version,
@@ -134,13 +134,14 @@ def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
         cost=cost,
         unpriced_models=tuple(sorted(unpriced)),
         verify=verify,
-        model=header.model if header is not None else None,
-        context_window=context_window(header.model) if header is not None else None,
-        lanes=lanes_of(timeline.state),
+        model=model,
+        context_window=context_window(model) if model is not None else None,
+        lanes=lanes,
         latest_input_tokens=answered[-1].usage.input_tokens
         if answered and answered[-1].usage
         else None,
         priced=prices is not None,
+        frameworks=framework.frameworks if framework is not None else (),
     )
 
 
@@ -168,6 +169,7 @@ def stats_json(stats: Stats) -> dict[str, Any]:
         "unpriced_models": list(stats.unpriced_models),
         "verify": dict(stats.verify),
         "model": stats.model,
+        "frameworks": list(stats.frameworks),
         "context_window": stats.context_window,
         "latest_input_tokens": stats.latest_input_tokens,
         "lanes": [
@@ -215,6 +217,8 @@ def stats_text(stats: Stats) -> tuple[str, ...]:
         model = f"model {stats.model}, window {limit}"
     verify = ", ".join(f"{count} {name}" for name, count in stats.verify.items() if count)
     events = f"{stats.version} event" + ("" if stats.version == 1 else "s")
+    if stats.frameworks:
+        events += f", recorded by {', '.join(stats.frameworks)}"
     return (
         f"stream {stats.stream}: {events}, {model}",
         f"requests {stats.requests} ({stats.answered} answered, {stats.sends} sent), "

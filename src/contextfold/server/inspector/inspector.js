@@ -216,7 +216,8 @@
         stats.cache.cached_share === null ? "no cached tokens reported" : "provider cached " + pct(stats.cache.cached_share) + " of input"),
       card("cost", priced ? dollars(stats.cost) : "no price table", priced ? "" : "set CONTEXTFOLD_PRICES"),
       card("verify", verify.join(", ") || "no requests", stats.verify.drift ? "rebuild drift!" : "rebuilds byte for byte"),
-      card("compactions", String(stats.compactions), stats.model ? stats.model : ""),
+      card("compactions", String(stats.compactions),
+        [stats.model, (stats.frameworks || []).join(", ")].filter(Boolean).join(" · ")),
     );
     renderGauges(stats);
   }
@@ -293,6 +294,7 @@
     const rows = [];
     const name = link("request @" + request.offset, { view: "request", offset: request.offset }, "request-link");
     const extra = [
+      ...(request.framework ? [badge(request.framework, "framework")] : []),
       badge(request.model || "?"),
       badge(ms(request.latency_ms)),
       badge(tokens(request.usage), "tokens"),
@@ -325,8 +327,10 @@
   function renderItemRow(axis, item) {
     const who = item.actor ? " · " + item.actor : "";
     const kind = item.kind === "trigger" ? "trigger" : item.kind;
+    const replaced = item.through !== null ? "history through @" + item.through
+      : item.summarized + (item.summarized === 1 ? " message" : " messages");
     const label = item.kind === "compaction"
-      ? "compaction @" + item.position + " replaces history through @" + item.through
+      ? "compaction @" + item.position + " replaces " + replaced
       : kind + " @" + item.position + " " + (item.role || "") + who;
     const row = spanRow(axis, item.kind === "trigger" ? 0 : 1, kind, label, item.time, item.time,
       item.chars ? [badge(item.chars + " chars")] : []);
@@ -424,6 +428,15 @@
     return li;
   }
 
+  // A framework's message in its readable form (role, text, tool calls, the call answered).
+  function renderReadable(message, same) {
+    const li = renderMessage({ role: message.role, content: message.text || "" }, same);
+    const calls = (message.tool_calls || []).map((c) => "→ " + c.name + "(" + c.arguments + ")");
+    if (message.tool_call_id) calls.push("← result of " + message.tool_call_id);
+    if (calls.length) li.append(el("pre", "payload", calls.join("\n")));
+    return li;
+  }
+
   function fact(list, name, value) {
     const dd = el("dd");
     if (value instanceof Node) dd.append(value); else dd.textContent = value;
@@ -493,15 +506,24 @@
     let previous = null;
     try { body = JSON.parse(page.body); } catch (error) { body = null; }
     try { previous = page.previous_body ? JSON.parse(page.previous_body) : null; } catch (error) { previous = null; }
-    const messages = messagesOf(body);
-    const before = messagesOf(previous);
-    let same = previous !== null;
     const chat = $("request-chat");
     chat.replaceChildren();
-    messages.forEach((message, index) => {
-      same = same && index < before.length && JSON.stringify(before[index]) === JSON.stringify(message);
-      chat.append(renderMessage(message, same));
-    });
+    if (page.framework) {  // a framework's request: its messages as recorded, by digest
+      const before = page.previous_messages;
+      let same = previous !== null;
+      page.messages.forEach((message, index) => {
+        same = same && index < before.length && before[index] === message.sha256;
+        chat.append(renderReadable(message, same));
+      });
+    } else {
+      const messages = messagesOf(body);
+      const before = messagesOf(previous);
+      let same = previous !== null;
+      messages.forEach((message, index) => {
+        same = same && index < before.length && JSON.stringify(before[index]) === JSON.stringify(message);
+        chat.append(renderMessage(message, same));
+      });
+    }
     $("request-header").textContent = JSON.stringify(page.header, null, 2);
     const prefix = $("request-prefix");
     prefix.replaceChildren(...page.session_prefix.map((m) => {
