@@ -13,11 +13,16 @@ stream list is read again every ``rescan_interval`` seconds to catch a lost noti
 On SQLite and in memory it reads the stream list every ``poll_interval`` seconds and looks
 at the streams whose version moved. A stream leased to another instance is looked at
 again when that lease lapses, or shortly after the stream changes (its holder may have
-handed it back). A change is heard of with the stream's version (and, notified, its head),
-so one a run left nothing to do after (the worker's own appends, heard after they landed)
-costs no read at all, and a look at a stream reads only its lease (on PostgreSQL with its
-version and head, in one statement: a version alone may be that of an old history, the
-stream deleted and made again).
+handed it back), without reading anything but its lease. One another instance handed back
+is left to it for ``defer`` seconds once it has work again: that instance hears of the
+change too and has the stream's folds in memory, so streams stay with their worker instead
+of every worker racing for every trigger (the losers would read and build the request for
+nothing); after that any worker claims it, so the streams of a worker that is gone (or too
+busy to claim them) move on. A change is heard of with the stream's version (and,
+notified, its head), so one a run left nothing to do after (the worker's own appends, heard
+after they landed) costs no read at all, and a look at a stream reads only its lease (on
+PostgreSQL with its version and head, in one statement: a version alone may be that of an
+old history, the stream deleted and made again).
 
 Fairness: streams wait in one first-in, first-out queue; a stream that keeps its agent
 busy gives its slot up after ``quantum`` steps while others wait, and queues at the end.
@@ -88,7 +93,9 @@ class Worker:
     """Serves every stream of ``journal``'s namespace that has work (see the module
     docstring). ``app`` builds each stream's agent; ``holder`` names this worker in the
     leases (unique per process by default); ``lease=False`` runs without leases, for a
-    single process only. Raises ConfigurationError for a bad setting.
+    single process only; ``defer``: seconds a stream another instance handed back is left
+    to it once it has work again (0: every worker races for it). Raises ConfigurationError
+    for a bad setting.
     """
 
     scan_page_size: int = MAX_LIMIT
@@ -109,6 +116,7 @@ class Worker:
         backoff: float = 1.0,
         max_backoff: float = 60.0,
         grace: float = 10.0,
+        defer: float = 0.5,
     ) -> None:
         for name, count in (("concurrency", concurrency), ("quantum", quantum)):
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -130,6 +138,8 @@ class Worker:
                 raise ConfigurationError(
                     f"{name} must be a positive number of seconds, got {seconds!r}"
                 )
+        if isinstance(defer, bool) or not isinstance(defer, (int, float)) or not 0 <= defer < 1e6:
+            raise ConfigurationError(f"defer must be a number of seconds >= 0, got {defer!r}")
         if not callable(app):
             raise ConfigurationError(f"app must be a callable (journal, stream) -> Agent: {app!r}")
         self.journal = journal
@@ -144,6 +154,7 @@ class Worker:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.grace = float(grace)
+        self.defer = float(defer)
         self._streams = Streams()
         self._keys: ChangeKeys | None = None  # while the store has a push channel
         self._wake = asyncio.Event()
@@ -364,10 +375,25 @@ class Worker:
         # nothing appended since (by any worker), is not read any further. A version heard
         # of may be behind the stream's: a claim made at it catches up as it lands.
         view = await view_lease(self.journal, stream, version=version)
+        record = view.lease
         if view.settled:
-            assert view.lease is not None
-            status.settled = Mark(view.version, parse_cursor(view.lease.cursor))
+            assert record is not None
+            status.settled = Mark(view.version, parse_cursor(record.cursor))
+            status.deferred = None
             return
+        if record is not None and not record.free_for(self.holder, self.journal.clock()):
+            # Held (or held back) elsewhere: nothing more to read until that lease lapses.
+            status.deferred = None
+            self._streams.block(status, record.expires_at)
+            return
+        if (
+            record is not None
+            and record.state == "released"
+            and record.holder != self.holder
+            and self._defer(status)
+        ):
+            return  # handed back by another instance: left to it for a while
+        status.deferred = None
         # The head the look read with the version (a version alone may be an old history's:
         # a stream deleted and made again reaches it), else the one a notification named
         # while no lease event came after it: the folds take it for the stream's (a change
@@ -388,6 +414,19 @@ class Worker:
             status.again = True  # other writers won every race: look again
             return
         await self._run_leased(status, lease, lease.failures, head)
+
+    def _defer(self, status: StreamStatus) -> bool:
+        """Whether the stream, handed back by another instance, is still left to it (then
+        blocked until its time is up): for ``defer`` seconds from the first look that found
+        it so, however often it changes meanwhile."""
+        now = asyncio.get_running_loop().time()
+        if status.deferred is None:
+            status.deferred = now + self.defer
+        left = status.deferred - now
+        if left <= 0:
+            return False
+        self._streams.block(status, self.journal.clock() + timedelta(seconds=left))
+        return True
 
     async def _run_leased(
         self,
