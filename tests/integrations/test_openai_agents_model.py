@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 from agents import Agent, FileSearchTool, ModelSettings, Runner, function_tool
+from agents.models.interface import ModelTracing
 from openai import AsyncOpenAI
-from pydantic import BaseModel
 
 import contextfold as cf
 from contextfold.context import AgentContext
+from contextfold.context.request import TAIL_PREFIX
 from contextfold.errors import InvalidInputError, RenderError
 from contextfold.integrations.openai_agents import JournalModel, JournalSession
 from tests.context.helpers import count_item_builds
@@ -207,38 +208,95 @@ def refusing_agent(journal: cf.Journal, **options: Any) -> Agent[Any]:
     return Agent(name="r", model=JournalModel(client, journal, "refused"), **options)
 
 
-async def test_input_that_does_not_continue_the_conversation_is_refused(
-    journal: cf.Journal,
-) -> None:
-    agent = weather_agent(journal, Weatherman(), "window")
-    session = JournalSession(journal, "window")
-    await Runner.run(agent, "Weather in Paris?", session=session)
-    trimmed = JournalSession(journal, "window", session_settings={"limit": 1})
-    before = await journal.version("window")
-    with pytest.raises(InvalidInputError, match="does not continue the conversation"):
-        await Runner.run(agent, "And Rome?", session=trimmed)
-    assert await journal.version("window") == before
-
-
-class Answer(BaseModel):
-    x: int
+def said(request: cf.NeutralRequest) -> list[str]:
+    """What the user said in a request, oldest first (the time tail left out)."""
+    lines = [m.content.splitlines()[-1] for m in request.messages if m.role == "user"]
+    return [line for line in lines if not line.startswith(TAIL_PREFIX)]
 
 
 @pytest.mark.parametrize(
-    ("options", "match"),
-    [
-        ({"tools": [FileSearchTool(vector_store_ids=["vs_1"])]}, "only function tools"),
-        (
-            {"output_type": type("Answer", (BaseModel,), {"__annotations__": {"x": int}})},
-            "structured",
-        ),
-    ],
+    "options",
+    [{"session_settings": {"limit": 1}}, {"session_settings": {"limit": 3}}, {"budget": 40}],
+    ids=["limit-1", "limit-3", "budget"],
 )
-async def test_requests_outside_the_wire_model_are_refused(
-    journal: cf.Journal, options: dict[str, Any], match: str
+async def test_a_windowed_session_continues_the_recorded_conversation(
+    journal: cf.Journal, options: dict[str, Any]
 ) -> None:
-    with pytest.raises(RenderError, match=match):
-        await Runner.run(refusing_agent(journal, **options), "hi")
+    """The Runner hands the model only the session's window: the model takes in what is new
+    and sends the conversation as the journal holds it, nothing twice, nothing lost."""
+    fn = Weatherman()
+    agent = weather_agent(journal, fn, "window")
+    await Runner.run(agent, "Weather in Paris?", session=JournalSession(journal, "window"))
+    windowed = JournalSession(journal, "window", **options)
+    for city in ("Rome", "Oslo"):
+        result = await Runner.run(agent, f"And in {city}?", session=windowed)
+        assert result.final_output == f"It is sunny in {city}."
+    assert said(fn.requests[-1]) == ["Weather in Paris?", "And in Rome?", "And in Oslo?"]
+    calls = [m for m in fn.requests[-1].messages if m.tool_calls]
+    assert len(calls) == 3  # each call once, each answered by its own tool message
+    assert [m.role for m in fn.requests[-1].messages].count("tool") == 3
+    assert await cf.verify_requests(journal, "window") == ()
+
+
+async def test_runs_without_a_session_continue_the_stream(journal: cf.Journal) -> None:
+    """Without a session each run's input is only what is new: the stream is the memory."""
+    fn = Weatherman()
+    agent = weather_agent(journal, fn, "memory")
+    await Runner.run(agent, "Weather in Lima?")
+    result = await Runner.run(agent, "And in Kyiv?")
+    assert result.final_output == "It is sunny in Kyiv."
+    assert said(fn.requests[-1]) == ["Weather in Lima?", "And in Kyiv?"]
+    assert await cf.verify_requests(journal, "memory") == ()
+
+
+async def test_a_retried_request_takes_nothing_in_twice(journal: cf.Journal) -> None:
+    """The SDK retries a failed call with the same input: its items are the stream's."""
+    failures = iter([RuntimeError("overloaded")])
+
+    def flaky(request: cf.NeutralRequest) -> cf.ModelOutput | str:
+        error = next(failures, None)
+        if error is not None:
+            raise error
+        return "Hello."
+
+    client = cf.FunctionModel(flaky, transport="openai-responses", model="gpt-test")
+    model = JournalModel(client, journal, "retried")
+    items: list[Any] = [{"role": "user", "content": "Hi!"}]
+    with pytest.raises(cf.ModelError):
+        await model.get_response(
+            None,
+            items,
+            ModelSettings(),
+            [],
+            None,
+            [],
+            ModelTracing.DISABLED,
+            previous_response_id=None,
+            conversation_id=None,
+            prompt=None,
+        )
+    await model.get_response(
+        None,
+        items,
+        ModelSettings(),
+        [],
+        None,
+        [],
+        ModelTracing.DISABLED,
+        previous_response_id=None,
+        conversation_id=None,
+        prompt=None,
+    )
+    state = await journal.fold(AgentContext, "retried")
+    assert [item.content for item in state.history] == ["Hi!", "Hello."]
+    assert len(state.request_offsets) == 2  # the failed request stays recorded, unanswered
+    assert await cf.verify_requests(journal, "retried") == ()
+
+
+async def test_hosted_tools_are_refused(journal: cf.Journal) -> None:
+    agent = refusing_agent(journal, tools=[FileSearchTool(vector_store_ids=["vs_1"])])
+    with pytest.raises(RenderError, match="only function tools"):
+        await Runner.run(agent, "hi")
     assert await journal.version("refused") == 0
 
 

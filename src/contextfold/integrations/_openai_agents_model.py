@@ -4,24 +4,31 @@ Each call of the SDK's ``Runner`` becomes, on one stream, what contextfold's own
 records: the input items the stream has not seen as ``cf.ContextAdded`` items (a tool
 output as ``cf.ToolCallResult`` with its item, written as the runtime's tool writer), an
 ``cf.LlmRequestRequested`` with the header (instructions as the system prompt, tools,
-model, sampling), the rendered body's ``cf.RequestRecorded`` hash, then the model's
-``cf.LlmResponse`` with its assistant item. The body is rendered by contextfold and sent
-as those exact bytes by a contextfold model client (``cf.OpenAIResponsesModel``,
-``cf.OpenAIChatModel``, ``cf.AnthropicModel``, ``cf.FunctionModel``), so
-``cf.verify_requests`` rebuilds every request byte for byte and trust rules apply on the
-wire (user input never reaches the model as system or developer text).
+structured output, model, sampling) in one append with the rendered body's
+``cf.RequestRecorded`` hash, then the model's ``cf.LlmResponse`` with its assistant item.
+The body is rendered by contextfold from the journal and sent as those exact bytes by a
+contextfold model client (``cf.OpenAIResponsesModel``, ``cf.OpenAIChatModel``,
+``cf.AnthropicModel``, ``cf.FunctionModel``), so ``cf.verify_requests`` rebuilds every
+request byte for byte and trust rules apply on the wire (user input never reaches the
+model as system or developer text).
 
-A stream holds one conversation: each call's input must continue what the stream recorded
-(the previous input, the model's answer, then new items), as the Runner's input does with
-a session that keeps the whole history, or without a session within one run. Input that
-does not fit contextfold's wire model (images, files, reasoning, hosted tools, structured
-output, server-side conversation state) is refused with an error naming it.
+What the model sees is contextfold's view of the stream, not the SDK's input: the input
+only tells which items are new (see :mod:`._openai_agents_input`), so a session with a
+limit, a budget or its own compaction works, and so does a run without a session. With
+``budget`` or ``compact_at`` the history is bounded by contextfold's compaction by cutoff
+(see :mod:`._model_budget`): older steps give way to a note or to a summary written by
+the model, recorded as compaction items whose originals stay in the journal.
+
+A stream holds one conversation. Input that does not fit contextfold's wire model (images,
+files, reasoning, hosted tools, server-side conversation state) is refused with an error
+naming it. Each call makes the OpenTelemetry spans of contextfold's agent loop: a turn,
+its ``chat {model}`` requests and its compactions (``runtime.spans``).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 from typing import Any
 
 from agents import FunctionTool, Handoff, Model, ModelResponse, ModelSettings, Tool, Usage
@@ -37,176 +44,52 @@ from openai.types.responses import (
 )
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import ValidationError
-from pyrsistent import PMap, PVector, pmap, pvector
 
-from ..canonical import canonical_json, sha256_hex
-from ..context.events import (
-    Actor,
-    ContextAdded,
-    LlmRequestRequested,
-    LlmResponse,
-    RequestHeader,
-    ToolCallResult,
-    assistant_item,
-    tool_result_item,
-)
-from ..context.projection import AGENT_WRITER, TOOL_WRITER, AgentContext
+from ..canonical import sha256_hex
+from ..context.compaction import summary_item
+from ..context.events import LlmRequestRequested, LlmResponse, RequestHeader, assistant_item
+from ..context.projection import AGENT_WRITER, AgentContext
 from ..context.rebuild import RequestRecorded
 from ..context.request import Built, build
+from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
-from ..errors import InvalidInputError, RenderError
-from ..events import Envelope, Event
-from ..folds.fold import Fold
+from ..errors import InvalidInputError, RenderError, StoreError, WrongExpectedVersionError
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..runtime.clients import ModelClient, clock_of, developer_role_of
+from ..runtime.events import (
+    CompactionFinished,
+    CompactionStarted,
+    RequestFailed,
+    RequestSent,
+    ResponseRecorded,
+)
+from ..runtime.spans import LoopSpans
+from ..views.view import check_budget
 from ..wire import (
     ModelOutput,
     NeutralRequest,
+    OutputSchema,
     RenderedRequest,
-    ToolCall,
     ToolDefinition,
     render_request,
 )
 from ..wire import Usage as CfUsage
 from ._journal_bridge import JournalBridge
-
-__all__ = ["MODEL_RECORD", "JournalModel", "ModelInputRecorded", "ModelRecord"]
-
-
-class ModelInputRecorded(Event, type="openai-agents/model-input", runtime_only=True):
-    """The SDK input items a request accounted for (after those before it), by the SHA-256
-    of each item's canonical JSON, in order: what the next request's input must start with."""
-
-    digests: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class ModelRecord:
-    """What a stream's requests saw: the digest of every input item so far, the model's
-    newest answer as the items the SDK will replay (``("message", text)``,
-    ``("function_call", call_id)``), and each call's tool name."""
-
-    digests: PVector[str] = field(default_factory=lambda: pvector())
-    answer: tuple[tuple[str, str], ...] = ()
-    names: PMap[str, str] = field(default_factory=lambda: pmap())
-
-
-MODEL_RECORD: Fold[ModelRecord] = Fold(
-    "openai_agents_model_record", initial=ModelRecord, checkpoints=False
+from ._model_budget import body_tokens, choose_cutoff, summary_request, trim_note
+from ._openai_agents_input import (
+    MODEL_RECORD,
+    ModelInputRecorded,
+    ModelRecord,
+    continuation,
+    input_events,
 )
 
+__all__ = ["OUTPUT_NAME", "JournalModel"]
 
-@MODEL_RECORD.on(ModelInputRecorded)
-def _input(record: ModelRecord, ev: Envelope[ModelInputRecorded]) -> ModelRecord:
-    return ModelRecord(record.digests.extend(ev.payload.digests), (), record.names)
-
-
-@MODEL_RECORD.on(LlmResponse)
-def _answer(record: ModelRecord, ev: Envelope[LlmResponse]) -> ModelRecord:
-    calls = ev.payload.tool_calls
-    answer = [("message", ev.payload.text)] if ev.payload.text or not calls else []
-    answer.extend(("function_call", call.id) for call in calls)
-    names = record.names.update({call.id: call.name for call in calls})
-    return ModelRecord(record.digests, tuple(answer), names)
-
-
-# -- SDK request -> contextfold ---------------------------------------------------------------
-
-
-def _digest(item: Any, index: int) -> str:
-    try:
-        return sha256_hex(canonical_json(item))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"input[{index}] is not JSON: {exc}") from exc
-
-
-def _text(content: Any, index: int, parts: tuple[str, ...]) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind not in parts:
-                raise RenderError(
-                    f"input[{index}]: a {kind!r} content part is not in contextfold's wire "
-                    f"model (text only: {', '.join(parts)})"
-                )
-            texts.append(str(part.get("text", "")))
-        return "".join(texts)
-    raise RenderError(f"input[{index}]: message content must be text, got {content!r:.60}")
-
-
-def _matches(item: Any, expected: tuple[str, str]) -> bool:
-    kind, key = expected
-    if not isinstance(item, dict):
-        return False
-    if kind == "function_call":
-        return item.get("type") == "function_call" and item.get("call_id") == key
-    return (
-        item.get("role") == "assistant"
-        and item.get("type", "message") == "message"
-        and _text(item.get("content", ""), 0, ("output_text", "input_text", "text")) == key
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """Events of one append, all by one journal writer."""
-
-    writer: str | None
-    events: tuple[Event, ...]
-
-
-def _events(items: Sequence[Any], first: int, names: PMap[str, str]) -> list[_Group]:
-    """The contextfold events of new input items, grouped by journal writer in order."""
-    groups: list[_Group] = []
-
-    def add(writer: str | None, *events: Event) -> None:
-        if groups and groups[-1].writer == writer:
-            groups[-1] = _Group(writer, (*groups[-1].events, *events))
-        else:
-            groups.append(_Group(writer, events))
-
-    calls: dict[str, str] = {}  # the calls of these items; earlier ones are in names
-    for offset, item in enumerate(items):
-        index = first + offset
-        if not isinstance(item, dict):
-            raise RenderError(f"input[{index}] is a {type(item).__name__}, not an input item")
-        kind = item.get("type", "message")
-        try:
-            if kind == "message" and item.get("role") in ("user", "system", "developer"):
-                role = item["role"]
-                text = _text(item.get("content"), index, ("input_text", "text"))
-                actor = Actor(type="user") if role == "user" else None
-                add(None, ContextAdded(role=role, content=text, actor=actor))
-            elif kind == "message" and item.get("role") == "assistant":
-                text = _text(item.get("content"), index, ("output_text", "input_text", "text"))
-                add(None, ContextAdded(role="assistant", content=text))
-            elif kind == "function_call":
-                call = ToolCall(
-                    id=item["call_id"], name=item["name"], arguments=item.get("arguments", "")
-                )
-                calls[call.id] = call.name
-                # Another model's call: the projection sends it as text, never as a call.
-                add(None, ContextAdded(role="assistant", tool_calls=(call,)))
-            elif kind == "function_call_output":
-                content = _text(item.get("output"), index, ("input_text",))
-                result = ToolCallResult(
-                    tool_call_id=item["call_id"],
-                    name=calls.get(item["call_id"]) or names.get(item["call_id"], "unknown"),
-                    content=content,
-                )
-                add(TOOL_WRITER, result, tool_result_item(result))
-            else:
-                raise RenderError(
-                    f"input[{index}]: a {kind!r} item is not in contextfold's wire model "
-                    "(messages, function calls and their outputs)"
-                )
-        except (KeyError, ValidationError) as exc:
-            raise RenderError(f"input[{index}] ({kind}) is malformed: {exc}") from exc
-    return groups
+_ATTEMPTS = 16  # request appends retried while other writers move the stream
+OUTPUT_NAME = "final_output"
+"""The name a structured output goes out with: the SDK's own for its models."""
 
 
 def _tool(tool: Tool) -> ToolDefinition:
@@ -229,6 +112,14 @@ def _handoff(handoff: Handoff[Any, Any]) -> ToolDefinition:
         description=handoff.tool_description or "",
         parameters=handoff.input_json_schema,
         strict=handoff.strict_json_schema,
+    )
+
+
+def _output_schema(schema: AgentOutputSchemaBase | None) -> OutputSchema | None:
+    if schema is None or schema.is_plain_text():
+        return None
+    return OutputSchema.from_schema(
+        name=OUTPUT_NAME, schema=schema.json_schema(), strict=schema.is_strict_json_schema()
     )
 
 
@@ -278,11 +169,35 @@ def _output(offset: int, response: LlmResponse) -> list[TResponseOutputItem]:
     return items
 
 
+# -- steps of a call --------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class _Prepared:
+    """A request recorded and ready to send."""
+
     offset: int
     neutral: NeutralRequest
     rendered: RenderedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class _Summarize:
+    """A compaction to make first: request @cutoff plus the instruction, to summarize."""
+
+    cutoff: int
+    neutral: NeutralRequest
+    rendered: RenderedRequest
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A call's input, taken in: the digests its request records, whether it brought new
+    user input (a new turn), and the stream version after its items."""
+
+    digests: tuple[str, ...]
+    new_input: bool
+    version: int
 
 
 class JournalModel(Model):
@@ -291,12 +206,24 @@ class JournalModel(Model):
 
     ``client`` is a contextfold model client, which sends the rendered bytes as they are.
     ``journal`` is a :class:`~contextfold.Journal` or :class:`~contextfold.SyncJournal`.
-    Raises InvalidInputError for a bad argument; a call raises RenderError for input that
-    does not fit contextfold's wire model and InvalidInputError for input that does not
-    continue the stream's conversation, before anything is sent.
+    ``budget``: the most input tokens a request may carry (its body's bytes / 4); over it,
+    the oldest whole steps are left out behind a note. ``compact_at``: over it, they are
+    summarized by the model first. ``keep_tokens``: the newest history either keeps
+    verbatim (default: half of the smaller of the two). Raises InvalidInputError for a bad
+    argument; a call raises RenderError for input that does not fit contextfold's wire
+    model, before anything is sent.
     """
 
-    def __init__(self, client: ModelClient, journal: Journal | SyncJournal, stream: str) -> None:
+    def __init__(
+        self,
+        client: ModelClient,
+        journal: Journal | SyncJournal,
+        stream: str,
+        *,
+        budget: float | None = None,
+        compact_at: float | None = None,
+        keep_tokens: float | None = None,
+    ) -> None:
         if not callable(getattr(client, "complete", None)) or not getattr(client, "model", None):
             raise InvalidInputError(
                 f"JournalModel takes a contextfold model client (cf.OpenAIResponsesModel, "
@@ -305,10 +232,26 @@ class JournalModel(Model):
         self.client = client
         self._bridge = JournalBridge(journal, what="JournalModel")
         self.stream = check_stream(stream)
+        self.budget = None if budget is None else check_budget(budget)
+        self.compact_at = (
+            None if compact_at is None else check_budget(compact_at, name="compact_at")
+        )
+        limits = [limit for limit in (self.budget, self.compact_at) if limit is not None]
+        if keep_tokens is not None:
+            if isinstance(keep_tokens, bool) or not isinstance(keep_tokens, (int, float)):
+                raise InvalidInputError(f"keep_tokens must be a number, got {keep_tokens!r}")
+            if not keep_tokens >= 0:
+                raise InvalidInputError(f"keep_tokens must be >= 0, got {keep_tokens!r}")
+        self.keep_tokens = keep_tokens if keep_tokens is not None else min(limits, default=0) / 2
         # The build and body of the request this model sent last on its stream: the next
         # request reuses them (an unrelated one only costs a fresh build), so a call costs
         # what it adds to the conversation, not its length.
         self._last: tuple[Built, RenderedRequest] | None = None
+        self._version: int | None = None  # the stream's version after this model's append
+        self._spans = LoopSpans(
+            self._bridge.journal.namespace, self.stream, client.model, client.transport
+        )
+        self._turn = False  # whether a turn span is open
 
     def __repr__(self) -> str:
         return f"<JournalModel {self.client.model!r} on {self.stream!r}>"
@@ -332,10 +275,6 @@ class JournalModel(Model):
                 f"{', '.join(sorted(given))}: server-side conversation state is not in "
                 "contextfold's wire model (the journal holds the conversation)"
             )
-        if output_schema is not None and not output_schema.is_plain_text():
-            raise RenderError(
-                "structured output (an output_type) is not in contextfold's wire model"
-            )
         try:
             return RequestHeader(
                 transport=self.client.transport,
@@ -344,6 +283,7 @@ class JournalModel(Model):
                 tools=(*(_tool(tool) for tool in tools), *(_handoff(h) for h in handoffs)),
                 max_tokens=settings.max_tokens,
                 temperature=settings.temperature,
+                output_schema=_output_schema(output_schema),
                 trusted_actor_types=trusted_extensions(),
                 developer_role=developer_role_of(self.client),
                 layout=2,
@@ -352,64 +292,118 @@ class JournalModel(Model):
         except ValidationError as exc:
             raise RenderError(f"the request header cannot be recorded: {exc}") from exc
 
-    async def _prepare(self, header: RequestHeader, items: list[Any]) -> _Prepared:
+    # -- on the journal's loop ----------------------------------------------------------------
+
+    async def _known_version(self) -> int:
+        if self._version is None:
+            self._version = await self.journal.version(self.stream)
+        return self._version
+
+    async def _take(self, items: list[Any]) -> _Taken:
+        """Append the items of ``items`` new to the stream (one idempotent append)."""
         journal, stream = self.journal, self.stream
-        record = await journal.fold(MODEL_RECORD, stream)
-        seen = len(record.digests)
-        digests = [_digest(item, index) for index, item in enumerate(items)]
-        if len(items) < seen or any(digests[i] != record.digests[i] for i in range(seen)):
-            at = next(
-                (i for i in range(min(seen, len(items))) if digests[i] != record.digests[i]),
-                min(seen, len(items)),
-            )
-            raise InvalidInputError(
-                f"JournalModel: the input ({len(items)} items) does not continue the "
-                f"conversation stream {stream!r} recorded ({seen} items) at input[{at}]: "
-                "give each conversation its own stream, and a session that keeps the whole "
-                "history (no limit or budget: contextfold's context is the history)"
-            )
-        start = seen
-        for expected in record.answer:  # the model's newest answer, as the SDK replays it
-            if start < len(items) and _matches(items[start], expected):
-                start += 1
-            else:
-                raise InvalidInputError(
-                    f"JournalModel: input[{start}] is not the model's answer {expected[0]} "
-                    f"{expected[1]!r:.60} that stream {stream!r} recorded last"
-                )
-        groups = _events(items[start:], start, record.names)
-        # A retry after a crash between these appends makes the same keys: nothing twice.
-        base = "|".join((stream, str(seen), *digests[seen:]))
-        for index, group in enumerate(groups):
-            key = f"openai-agents:model:{sha256_hex(f'{base}|{index}')}"
-            await journal.append(stream, group.events, actor=group.writer, idempotency_key=key)
-        context = await journal.fold(AgentContext, stream)
-        logged = None if context.header == header else header
-        request = LlmRequestRequested(header=logged, reason="openai-agents")
-        appended = await journal.append(
-            stream,
-            [ModelInputRecorded(digests=tuple(digests[seen:])), request],
-            actor=AGENT_WRITER,
+        record: ModelRecord = await journal.fold(MODEL_RECORD, stream)
+        taken = continuation(record, items)
+        groups = input_events(items[taken.new :], taken.new, record.names)
+        events = [
+            new for group in groups for new in journal.encode(group.events, actor=group.writer)
+        ]
+        new_input = any(
+            group.writer is None and getattr(event, "role", None) == "user"
+            for group in groups
+            for event in group.events
         )
-        offset = appended.last_position
-        context = await journal.fold(AgentContext, stream)
+        if not events:
+            return _Taken(taken.digests, new_input, await self._known_version())
+        # A retry after a crash before the request makes the same key: nothing twice.
+        base = "|".join((stream, str(len(record.digests)), *taken.digests))
+        key = f"openai-agents:model:{sha256_hex(base)}"
+        appended = await journal.append(stream, events, idempotency_key=key)
+        self._version = appended.last_position
+        return _Taken(taken.digests, new_input, appended.last_position)
+
+    def _build(
+        self, context: AgentContextState, header: RequestHeader, time: str
+    ) -> tuple[Built, RenderedRequest]:
         last = self._last
-        built = build(context, through=offset, previous=last[0] if last else None)
-        neutral = built.request
-        rendered = render_request(neutral, header.transport, previous=last[1] if last else None)
+        built = build(context, header, timestamp=time, previous=last[0] if last else None)
+        rendered = render_request(
+            built.request, header.transport, previous=last[1] if last else None
+        )
         self._last = (built, rendered)
-        await journal.append(
-            stream,
-            RequestRecorded(
+        return built, rendered
+
+    async def _decide(
+        self, header: RequestHeader, digests: tuple[str, ...], *, summarize: bool
+    ) -> _Prepared | _Summarize:
+        """Record the request (after a note when it is over the budget) and return it, or
+        the summary to make first when it is over ``compact_at`` (and ``summarize``)."""
+        journal, stream = self.journal, self.stream
+        version = await self._known_version()
+        trimmed = False
+        for _ in range(_ATTEMPTS):
+            context = await journal.fold(AgentContext, stream)
+            logged = None if context.header == header else header
+            [request] = journal.encode(
+                LlmRequestRequested(header=logged, reason="openai-agents"), actor=AGENT_WRITER
+            )
+            if logged is not None:  # what a rebuild reads: the stored bytes
+                stored = LlmRequestRequested.model_validate_json(request.data).header
+                header = stored if stored is not None else header
+            built, rendered = self._build(context, header, request.meta.time)
+            tokens = body_tokens(rendered)
+            if summarize and self.compact_at is not None and tokens > self.compact_at:
+                step = await self._summary(context)
+                if step is not None:
+                    return step
+                summarize = False
+            if not trimmed and self.budget is not None and tokens > self.budget:
+                trimmed, summarize = True, False
+                cutoff = choose_cutoff(context, keep_tokens=self.keep_tokens)
+                if cutoff is not None:
+                    note = trim_note(context, cutoff)
+                    self._spans.on_event(CompactionStarted(offset=cutoff))
+                    version = await self._compacted(cutoff, note, None)
+                    self._spans.on_event(CompactionFinished(offset=cutoff, summary=note))
+                    continue
+            offset = version + 2  # the input record, then the request
+            recorded = RequestRecorded(
                 request_offset=offset,
                 transport=rendered.transport,
                 sha256=rendered.sha256,
                 size=len(rendered.body),
-            ),
-            actor=AGENT_WRITER,
-            channels=(),
+            )
+            events = [
+                *journal.encode(ModelInputRecorded(digests=digests), actor=AGENT_WRITER),
+                request,
+                *journal.encode(recorded, actor=AGENT_WRITER, channels=()),
+            ]
+            try:
+                appended = await journal.append(stream, events, expected_version=version)
+            except WrongExpectedVersionError as exc:
+                version = exc.actual  # another writer moved the stream: build it again
+                continue
+            self._version = appended.last_position
+            return _Prepared(offset, built.request, rendered)
+        raise StoreError(f"stream {stream!r} moved under {_ATTEMPTS} request appends in a row")
+
+    async def _summary(self, context: AgentContextState) -> _Summarize | None:
+        cutoff = choose_cutoff(context, keep_tokens=self.keep_tokens)
+        if cutoff is None:
+            return None
+        neutral = await summary_request(
+            self.journal, self.stream, context, cutoff, self.client.transport
         )
-        return _Prepared(offset, neutral, rendered)
+        if neutral is None:
+            return None
+        return _Summarize(cutoff, neutral, render_request(neutral, self.client.transport))
+
+    async def _compacted(self, cutoff: int, text: str, usage: CfUsage | None) -> int:
+        """Append the compaction item replacing history through @cutoff; the new version."""
+        item = summary_item(text, cutoff=cutoff, usage=usage)
+        appended = await self.journal.append(self.stream, item, actor=AGENT_WRITER)
+        self._version = appended.last_position
+        return appended.last_position
 
     async def _record(self, offset: int, output: ModelOutput) -> LlmResponse:
         response = LlmResponse(
@@ -421,8 +415,37 @@ class JournalModel(Model):
             stop_reason=output.finish_reason,
         )
         item = assistant_item(response)
-        await self.journal.append(self.stream, [response, item], actor=AGENT_WRITER)
+        appended = await self.journal.append(self.stream, [response, item], actor=AGENT_WRITER)
+        self._version = appended.last_position
         return response
+
+    # -- on the caller's loop -----------------------------------------------------------------
+
+    async def _prepare(self, header: RequestHeader, items: list[Any]) -> _Prepared:
+        """Take the input in, compact when it is due, and record the request."""
+        arun = self._bridge.arun
+        taken: _Taken = await arun(lambda: self._take(items))
+        if taken.new_input or not self._turn:
+            if self._turn:
+                self._spans.end_turn("stopped", "new input came before an answer")
+            self._spans.start_turn()
+            self._turn = True
+        step = await arun(lambda: self._decide(header, taken.digests, summarize=True))
+        if isinstance(step, _Prepared):
+            return step
+        # The summarizer is the model itself, called on the caller's loop like any request.
+        cutoff = step.cutoff
+        self._spans.on_event(CompactionStarted(offset=cutoff))
+        output = await self.client.complete(step.neutral, step.rendered)
+        text = output.text or trim_note(await arun(self._context), cutoff)
+        await arun(lambda: self._compacted(cutoff, text, output.usage))
+        self._spans.on_event(CompactionFinished(offset=cutoff, summary=text))
+        done = await arun(lambda: self._decide(header, taken.digests, summarize=False))
+        assert isinstance(done, _Prepared)  # no second summary is asked for
+        return done
+
+    async def _context(self) -> AgentContextState:
+        return await self.journal.fold(AgentContext, self.stream)
 
     async def _respond(
         self,
@@ -440,13 +463,29 @@ class JournalModel(Model):
         items: list[Any] = (
             [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
         )
-        prepared: _Prepared = await self._bridge.arun(lambda: self._prepare(header, items))
-        # The provider call runs on the caller's loop (its client lives there), not the journal's.
-        output = await self.client.complete(prepared.neutral, prepared.rendered)
-        output = replace(output, tool_calls=tuple(output.tool_calls))
-        response: LlmResponse = await self._bridge.arun(
-            lambda: self._record(prepared.offset, output)
+        prepared = await self._prepare(header, items)
+        spans = self._spans
+        spans.on_event(
+            RequestSent(
+                offset=prepared.offset, rendered=prepared.rendered, neutral=prepared.neutral
+            )
         )
+        try:
+            # The provider call runs on the caller's loop (its client lives there).
+            output = await self.client.complete(prepared.neutral, prepared.rendered)
+            output = replace(output, tool_calls=tuple(output.tool_calls))
+            response: LlmResponse = await self._bridge.arun(
+                lambda: self._record(prepared.offset, output)
+            )
+        except Exception as exc:
+            spans.on_event(RequestFailed(offset=prepared.offset, error=exc))
+            spans.end_turn("stopped", f"request @{prepared.offset} failed")
+            self._turn = False
+            raise
+        spans.on_event(ResponseRecorded(offset=prepared.offset, output=output))
+        if not output.tool_calls:
+            spans.end_turn("idle", "answered")
+            self._turn = False
         return ModelResponse(
             output=_output(prepared.offset, response),
             usage=_usage(output.usage or CfUsage()),

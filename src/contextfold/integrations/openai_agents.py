@@ -60,7 +60,8 @@ try:
     from agents.memory import session as _sdk_session
     from agents.memory import session_settings as _sdk_settings
 
-    from ._openai_agents_model import MODEL_RECORD, JournalModel, ModelInputRecorded, ModelRecord
+    from ._openai_agents_input import MODEL_RECORD, ModelInputRecorded, ModelRecord
+    from ._openai_agents_model import JournalModel
 except ImportError as exc:  # pragma: no cover - exercised in a child process by the tests
     raise ImportError(
         "contextfold.integrations.openai_agents needs the OpenAI Agents SDK: "
