@@ -25,6 +25,7 @@ from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File, Files
 from pydantic.fields import FieldInfo
+from roles import plain_roles  # beside this file (MkDocs puts a hook's folder on sys.path)
 
 import contextfold
 from contextfold.cli import app
@@ -303,7 +304,8 @@ def on_files(files: Files, *, config: MkDocsConfig) -> Files:
         ("reference/http.md", http_page()),
         ("reference/event-types.md", event_types_page()),
     ):
-        files.append(File.generated(config, uri, content=content))
+        # Schema and event descriptions are docstrings: their Sphinx roles become code spans.
+        files.append(File.generated(config, uri, content=plain_roles(content)))
     absent = [name for name in _SHOTS if not (SCREENSHOTS / name).is_file()]
     if absent:
         raise PluginError(
