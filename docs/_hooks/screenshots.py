@@ -131,6 +131,8 @@ def main() -> None:
     parser.add_argument("out", type=Path, help="the folder the PNG files go to")
     parser.add_argument("--chromium", default=CHROMIUM, help="the Chromium binary")
     args = parser.parse_args()
+    if not Path(args.chromium).exists():
+        parser.exit(1, f"screenshots: no Chromium at {args.chromium} (Debian: chromium)\n")
     # The demo starts before its system prompt on purpose (distributed birth): not news here.
     logging.getLogger("contextfold").setLevel(logging.ERROR)
     for path in asyncio.run(take_screenshots(args.out, binary=args.chromium)):
