@@ -29,6 +29,7 @@ from .errors import ContextfoldError, CorruptEventError, UnknownCursorError, Unk
 from .events import Event, StoredEvent
 from .store.base import MAX_LIMIT, StreamInfo, parse_cursor
 from .store.rows import CorruptRow, SkipCorrupt
+from .timeline.langgraph_values import LANGGRAPH_TYPES, shown_payload
 
 __all__ = [
     "MAX_SUGGESTIONS",
@@ -79,7 +80,14 @@ class _Journal(_Reader, Protocol):
 
 def event_json(event: StoredEvent) -> dict[str, Any]:
     """A stored event: coordinates, type, payload and meta. A payload that no longer
-    decodes is ``null`` with ``payload_error`` naming the row (a listing never fails on it)."""
+    decodes is ``null`` with ``payload_error`` naming the row (a listing never fails on it).
+
+    A LangGraph checkpoint record's values, stored as LangGraph's serializer wrote them
+    (base64 msgpack), are shown decoded, readable (see
+    :mod:`~contextfold.timeline.langgraph_values`): ``payload_view`` then says so
+    (``decoded``, ``partly decoded`` or ``as stored``), ``payload_note`` why a value
+    stayed as stored. The stored record is unchanged.
+    """
     body: dict[str, Any] = {
         "position": event.position,
         "global_position": event.global_position,
@@ -87,10 +95,16 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
         "type": event.type,
     }
     try:
-        body["payload"] = event.payload
+        payload = event.payload
     except CorruptEventError as exc:
         body["payload"] = None
         body["payload_error"] = str(exc)
+    else:
+        body["payload"], view, note = _shown(event.type, payload)
+        if view is not None:
+            body["payload_view"] = view
+        if note is not None:
+            body["payload_note"] = note
     meta = event.meta
     body["meta"] = {
         "event_id": meta.event_id,
@@ -101,6 +115,18 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
         "channels": list(meta.channels),
     }
     return body
+
+
+def _shown(event_type: str, payload: Any) -> tuple[Any, str | None, str | None]:
+    """The payload as listed, how (None: as stored, nothing to decode), and why a value
+    stayed as stored."""
+    if not event_type.startswith(LANGGRAPH_TYPES):
+        return payload, None, None
+    shown, note = shown_payload(event_type, payload)
+    changed = shown != payload
+    if note is None:
+        return shown, "decoded" if changed else None, None
+    return shown, "partly decoded" if changed else "as stored", note
 
 
 async def require_stream(

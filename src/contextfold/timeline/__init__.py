@@ -1,5 +1,6 @@
-"""Timelines, request details and stats of agent streams, derived from the journal alone:
-what the inspector shows and ``contextfold stats`` prints."""
+"""Timelines, request details and stats of agent streams and of a framework's call
+records, derived from the journal alone: what the inspector shows and ``contextfold
+stats`` prints (and LangGraph's stored values shown readable, for event listings)."""
 
 from .build import RequestTrace, Timeline, TimelineBuilder, ToolTrace, TraceItem, TurnTrace
 from .prices import Price, PriceTable, load_prices
