@@ -18,7 +18,7 @@ functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -44,8 +44,11 @@ from ..wire import Usage
 from ._pydantic_ai_window import actor_of, downgraded
 
 __all__ = [
+    "Count",
     "History",
+    "Unit",
     "answer_of",
+    "approx_count",
     "approx_tokens",
     "history_of",
     "outgoing",
@@ -60,16 +63,37 @@ often it is sent (timestamps never reach a model)."""
 
 
 @dataclass(frozen=True, slots=True)
-class History:
-    """A pydantic-ai history as the call engine reads it: ``messages[i]`` is ``objects[i]``."""
+class Unit:
+    """What one message of the history given became: its pieces (two for a split first
+    request), each an engine message with its tokens."""
 
+    source: ModelMessage
+    whole: ModelMessage
+    """The message as it goes out whole (its untrusted system prompts downgraded)."""
+    objects: tuple[ModelMessage, ...]
+    messages: tuple[Message, ...]
+    tokens: tuple[float, ...]
+    downgraded: int
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """A pydantic-ai history as the call engine reads it: ``messages[i]`` is ``objects[i]``
+    and weighs ``tokens[i]``."""
+
+    units: tuple[Unit, ...]
     messages: tuple[Message, ...]
     objects: tuple[ModelMessage, ...]
+    tokens: tuple[float, ...]
     first: ModelRequest | None
     """The first request as given, when its system prompt is ``objects[0]`` and the rest of
     it ``objects[1]``; None when it was not split."""
     downgraded: int
     """Untrusted system prompt parts sent as user prompts."""
+
+
+Count = Callable[[ModelMessage, Message], float]
+"""The tokens of one piece: its pydantic-ai message and its engine message."""
 
 
 def _text(content: object) -> str:
@@ -152,40 +176,73 @@ def _leading_system(first: ModelRequest) -> int:
     return count
 
 
-def history_of(messages: Sequence[ModelMessage]) -> History:
-    """The engine's view of ``messages`` (see the module). Raises InvalidInputError for a
-    malformed actor marking."""
-    objects: list[ModelMessage] = []
-    actors: list[str | None] = []
+def _pieces(
+    index: int, message: ModelMessage
+) -> tuple[ModelMessage, list[ModelMessage], str | None, int]:
+    """The message at ``index`` as it goes out whole, its pieces, the untrusted actor whose
+    parts it sends as user prompts, and how many."""
+    if not isinstance(message, ModelRequest):
+        return message, [message], None, 0
+    actor = _untrusted_actor(message)
     changed = 0
-    first: ModelRequest | None = None
-    for index, message in enumerate(messages):
-        actor = None
-        if isinstance(message, ModelRequest):
-            actor = _untrusted_actor(message)
-            if actor is not None:
-                message, n = downgraded(message)
-                changed += n
-            if index == 0:
-                lead = _leading_system(message)
-                if 0 < lead < len(message.parts):
-                    first = message
-                    objects.append(replace(message, parts=list(message.parts[:lead])))
-                    actors.append(None)
-                    message = replace(message, parts=list(message.parts[lead:]))
-        objects.append(message)
-        actors.append(actor)
+    if actor is not None:
+        message, changed = downgraded(message)
+    if index == 0:
+        lead = _leading_system(message)
+        if 0 < lead < len(message.parts):
+            system = replace(message, parts=list(message.parts[:lead]))
+            rest = replace(message, parts=list(message.parts[lead:]))
+            return message, [system, rest], actor, changed
+    return message, [message], actor, changed
+
+
+def _unit(index: int, message: ModelMessage, count: Count) -> Unit:
+    whole, objects, actor, changed = _pieces(index, message)
     dumped: list[Any] = ModelMessagesTypeAdapter.dump_python(objects, mode="json")
-    built = tuple(
-        Message(json, readable_of(message, actor))
-        for json, message, actor in zip(dumped, objects, actors, strict=True)
+    messages = []
+    for json, piece in zip(dumped, objects, strict=True):
+        readable = readable_of(piece, actor if piece is objects[-1] else None)
+        messages.append(Message(json, readable))
+    tokens = tuple(float(count(o, m)) for o, m in zip(objects, messages, strict=True))
+    return Unit(message, whole, tuple(objects), tuple(messages), tokens, changed)
+
+
+def history_of(
+    messages: Sequence[ModelMessage], *, count: Count, previous: History | None = None
+) -> History:
+    """The engine's view of ``messages`` (see the module), each piece weighed by
+    ``count``. Raises InvalidInputError for a malformed actor marking.
+
+    ``previous`` is a history this function returned for the same ``count``: each message
+    equal to the one at its index there is taken from it as it was built (what it becomes
+    depends on it and its index only), so a growing conversation builds its new messages
+    only."""
+    done = previous.units if previous is not None else ()
+    units = [
+        done[index]
+        if index < len(done) and done[index].source == message
+        else _unit(index, message, count)
+        for index, message in enumerate(messages)
+    ]
+    first = units[0].whole if units and len(units[0].objects) == 2 else None
+    return History(
+        units=tuple(units),
+        messages=tuple(m for unit in units for m in unit.messages),
+        objects=tuple(o for unit in units for o in unit.objects),
+        tokens=tuple(t for unit in units for t in unit.tokens),
+        first=first if isinstance(first, ModelRequest) else None,
+        downgraded=sum(unit.downgraded for unit in units),
     )
-    return History(built, tuple(objects), first, changed)
 
 
 def approx_tokens(message: Message) -> float:
     """⌈length of the message's JSON / 4⌉: ``approx_message_tokens`` of the same message."""
     return float(math.ceil(len(orjson.dumps(message.json)) / 4))
+
+
+def approx_count(_: ModelMessage, message: Message) -> float:
+    """:func:`approx_tokens` as a :data:`Count`."""
+    return approx_tokens(message)
 
 
 def summary_of(text: str) -> tuple[ModelRequest, Message]:

@@ -58,8 +58,10 @@ from ..wire import Usage
 from ._call_engine import CallEngine, Prepared, check_engine_options
 from ._journal_bridge import JournalBridge
 from ._pydantic_ai_calls import (
+    Count,
     History,
     answer_of,
+    approx_count,
     approx_tokens,
     history_of,
     outgoing,
@@ -119,7 +121,12 @@ class ContextModel(WrapperModel):
             )
         self._bridge = JournalBridge(journal, what="ContextModel") if journal is not None else None
         self._stream = check_stream(stream) if stream is not None else ""
-        self._count = checked_counter_of(count_tokens) if count_tokens is not None else None
+        if count_tokens is None:
+            self._count: Count = approx_count
+        else:
+            counter = checked_counter_of(count_tokens)
+            self._count = lambda message, _: counter(message)
+        self._previous: History | None = None
         self._summarizer = infer_model(summarizer) if summarizer is not None else None
         self.budget = budget
         self.keep_newest = keep_newest
@@ -196,14 +203,14 @@ class ContextModel(WrapperModel):
         settings: ModelSettings | None,
         parameters: ModelRequestParameters,
     ) -> _Call:
-        history = history_of(messages)
+        history = history_of(messages, count=self._count, previous=self._previous)
+        self._previous = history
         options = {"settings": settings_json(settings), "parameters": parameters_json(parameters)}
         base = float(-(-len(orjson.dumps(options)) // 4))
-        tokens = None if self._count is None else [float(self._count(m)) for m in history.objects]
         engine = self._engine(asyncio.get_running_loop())
 
         async def work() -> tuple[Prepared, int | None]:
-            prepared = await engine.prepare(history.messages, base=base, tokens=tokens)
+            prepared = await engine.prepare(history.messages, base=base, tokens=history.tokens)
             position = await engine.record(prepared, model=self.model_id, options=options)
             return prepared, position
 
