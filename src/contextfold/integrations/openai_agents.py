@@ -1,6 +1,8 @@
-"""The OpenAI Agents SDK on the journal: :class:`JournalSession`, an SDK ``Session``, and
-:class:`JournalModel`, an SDK ``Model`` through which contextfold renders, records and sends
-each request (see :mod:`._openai_agents_model`).
+"""The OpenAI Agents SDK on the journal: :class:`JournalSession`, an SDK ``Session``;
+:class:`JournalCompactionSession`, which compacts one by summary as a journal event (see
+:mod:`._openai_agents_compaction`); and :class:`JournalModel`, an SDK ``Model`` through
+which contextfold renders, records and sends each request, within its own budget (see
+:mod:`._openai_agents_model`).
 
 One stream per session, ``openai-agents/session/{session_id}`` (the id escaped: ``%``,
 ``/``, whitespace and unprintable characters as ``%XX``), holding::
@@ -9,6 +11,7 @@ One stream per session, ``openai-agents/session/{session_id}`` (the id escaped: 
     openai-agents/item-retracted      pop_item: the newest item leaves the session
     openai-agents/session-cleared     clear_session: every item before it leaves the session
     openai-agents/session-compacted   the SDK's compaction, then the compacted items
+    openai-agents/session-summarized  contextfold's compaction (JournalCompactionSession)
 
 Nothing is ever deleted unless asked (``hard_clear``): the journal keeps every item the
 session had, and the SDK sees the effect. A fold over the stream keeps the live items
@@ -60,6 +63,7 @@ try:
     from agents.memory import session as _sdk_session
     from agents.memory import session_settings as _sdk_settings
 
+    from ._openai_agents_compaction import JournalCompactionSession, SessionSummarized
     from ._openai_agents_input import MODEL_RECORD, ModelInputRecorded, ModelRecord
     from ._openai_agents_model import JournalModel
 except ImportError as exc:  # pragma: no cover - exercised in a child process by the tests
@@ -73,6 +77,7 @@ __all__ = [
     "SESSION_FOLD",
     "ItemAdded",
     "ItemRetracted",
+    "JournalCompactionSession",
     "JournalModel",
     "JournalSession",
     "ModelInputRecorded",
@@ -80,6 +85,7 @@ __all__ = [
     "SessionCleared",
     "SessionCompacted",
     "SessionState",
+    "SessionSummarized",
     "SessionView",
     "session_stream",
 ]
