@@ -82,11 +82,12 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
     """A stored event: coordinates, type, payload and meta. A payload that no longer
     decodes is ``null`` with ``payload_error`` naming the row (a listing never fails on it).
 
-    A LangGraph checkpoint record's values, stored as LangGraph's serializer wrote them
-    (base64 msgpack), are shown decoded, readable (see
-    :mod:`~contextfold.timeline.langgraph_values`): ``payload_view`` then says so
-    (``decoded``, ``partly decoded`` or ``as stored``), ``payload_note`` why a value
-    stayed as stored. The stored record is unchanged.
+    ``payload`` is always the payload as stored, so a client may append it elsewhere as
+    it is. A LangGraph checkpoint record's values, stored as LangGraph's serializer wrote
+    them (base64 msgpack), are also given decoded as ``readable`` (see
+    :mod:`~contextfold.timeline.langgraph_values`): ``payload_view`` says how much
+    (``decoded``, ``partly decoded`` or ``as stored``), ``payload_note`` why a value stayed
+    as stored.
     """
     body: dict[str, Any] = {
         "position": event.position,
@@ -100,9 +101,12 @@ def event_json(event: StoredEvent) -> dict[str, Any]:
         body["payload"] = None
         body["payload_error"] = str(exc)
     else:
-        body["payload"], view, note = _shown(event.type, payload)
+        body["payload"] = payload
+        shown, view, note = _shown(event.type, payload)
         if view is not None:
             body["payload_view"] = view
+            if shown is not payload:
+                body["readable"] = shown
         if note is not None:
             body["payload_note"] = note
     meta = event.meta

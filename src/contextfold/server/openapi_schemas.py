@@ -147,6 +147,18 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
                     "decodes (payload_error says why)."
                 },
                 "payload_error": {"type": "string"},
+                "readable": {
+                    "description": "A LangGraph checkpoint record's payload with its "
+                    "serialized values decoded, for reading (payload_view says how much)."
+                },
+                "payload_view": {
+                    "type": "string",
+                    "enum": ["decoded", "partly decoded", "as stored"],
+                },
+                "payload_note": {
+                    "type": "string",
+                    "description": "Why a serialized value stayed as stored.",
+                },
                 "meta": {
                     "type": "object",
                     "required": ["event_id", "time", "channels"],
@@ -263,6 +275,23 @@ def _static_schemas(max_body_bytes: int) -> dict[str, Any]:
                             "error": _SCALAR_OR_NULL,
                             "recorded_at": position,
                         },
+                    },
+                },
+                "framework_requests": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "description": "Requests a framework's integration recorded (present "
+                    "when the stream holds call records).",
+                },
+                "framework_views": {"type": "integer", "minimum": 0},
+                "frameworks": {"type": "array", "items": {"type": "string"}},
+                "framework_problem_count": {"type": "integer", "minimum": 0},
+                "framework_problems": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["position", "problem"],
+                        "properties": {"position": position, "problem": {"type": "string"}},
                     },
                 },
                 "corrupt": {

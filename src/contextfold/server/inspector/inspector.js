@@ -603,7 +603,7 @@
     line.append(el("code", "", "#" + event.position + " " + event.type));
     const who = event.meta.actor ? " by " + event.meta.actor : "";
     line.append(el("span", "muted", " " + event.meta.time + who));
-    li.append(line, collapsible(JSON.stringify(event.payload, null, 1)));
+    li.append(line, collapsible(JSON.stringify(event.readable ?? event.payload, null, 1)));
     return li;
   }
 
