@@ -14,8 +14,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from pyrsistent import PSet, pset
-
 from ..canonical import canonical_json, sha256_hex
 from ..errors import InvalidInputError
 from ..events import Envelope, Event
@@ -42,6 +40,7 @@ __all__ = [
     "Compaction",
     "Message",
     "call_body",
+    "digest_of",
     "read_calls",
     "verify_calls",
 ]
@@ -51,10 +50,18 @@ CALL_TYPES: tuple[type[Event], ...] = (CallMessage, CallRequested, CallAnswered,
 
 class Message(NamedTuple):
     """A message as an integration hands it over: the framework's JSON and its readable
-    form."""
+    form (and its digest, when the integration made it already)."""
 
     json: Any
     readable: Readable
+    sha256: str | None = None
+    """:func:`~.calls.message_digest` of ``json`` (None: computed when needed)."""
+
+
+def digest_of(message: Message) -> str:
+    """The message's digest: the one it carries, else :func:`~.calls.message_digest` of its
+    JSON."""
+    return message.sha256 if message.sha256 is not None else message_digest(message.json)
 
 
 class Compaction(NamedTuple):
@@ -65,13 +72,35 @@ class Compaction(NamedTuple):
     summarized: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """The digests recorded on a stream: a frozenset, and the newest few in a tuple merged
+    into it every ``_RECENT``. Each request asks for its whole history, and a persistent
+    set answers in Python, a frozenset in C; a frozenset copied per message would make a
+    long stream's fold quadratic, copied every ``_RECENT`` it costs little."""
+
+    settled: frozenset[str]
+    recent: tuple[str, ...]
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self.settled or digest in self.recent
+
+    def add(self, digest: str) -> _Known:
+        if len(self.recent) < _RECENT:
+            return _Known(self.settled, (*self.recent, digest))
+        return _Known(self.settled.union(self.recent, (digest,)), ())
+
+
+_RECENT = 64
+
+
 class _Recorded(NamedTuple):
-    known: PSet[str]
+    known: _Known
     compaction: Compaction | None
 
 
 _RECORDED: Fold[_Recorded] = Fold(
-    "contextfold_calls_recorded", initial=lambda: _Recorded(pset(), None)
+    "contextfold_calls_recorded", initial=lambda: _Recorded(_Known(frozenset(), ()), None)
 )
 
 
@@ -105,11 +134,12 @@ class CallRecorder:
         known = (await self.journal.fold(_RECORDED, self.stream)).known
         digests: list[str] = []
         events: list[Event] = []
+        added: set[str] = set()
         for message in messages:
-            digest = message_digest(message.json)
+            digest = digest_of(message)
             digests.append(digest)
-            if digest not in known:
-                known = known.add(digest)
+            if digest not in added and digest not in known:
+                added.add(digest)
                 events.append(
                     CallMessage(
                         sha256=digest,
@@ -132,7 +162,7 @@ class CallRecorder:
         """Records a request (``history``: the framework's whole history when ``view``
         chose ``messages`` from it); returns its position."""
         _, events = await self._fresh([*history, *messages])
-        digests = [message_digest(m.json) for m in messages]
+        digests = [digest_of(m) for m in messages]
         sent = CallRequested(
             framework=self.framework,
             model=model,

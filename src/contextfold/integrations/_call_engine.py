@@ -26,11 +26,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..context.call_records import CallRecorder, Compaction, Message
+from ..context.call_records import CallRecorder, Compaction, Message, digest_of
 from ..context.calls import (
     CallView,
     compaction_cut,
-    message_digest,
     summary_prompt,
     view_start,
 )
@@ -121,7 +120,7 @@ class CallEngine:
         """The messages of one call out of ``history`` (``base``: the tokens of what every
         request holds besides them, such as the system prompt and tools; ``tokens``: each
         history message's, when the integration counted them already, else ``count``'s)."""
-        digests = [message_digest(m.json) for m in history]
+        digests = [digest_of(m) for m in history]
         readable = [m.readable for m in history]
         if tokens is None:
             tokens = [float(self.count(m)) for m in history]
@@ -165,7 +164,7 @@ class CallEngine:
             keep=self.keep,
             compaction=None if done is None else done.position,
             summarized=lowest,
-            summary=None if summary is None else message_digest(summary.json),
+            summary=None if summary is None else digest_of(summary),
             base=extra,
             start=start,
         )

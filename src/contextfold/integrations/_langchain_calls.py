@@ -11,6 +11,8 @@ counted, digested or recorded, so no request can carry it with system precedence
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ from ._langgraph_messages import _as_human, _system_like, actor_of
 
 __all__ = [
     "FRAMEWORK",
+    "Conversions",
     "Converted",
     "approx",
     "convert",
@@ -122,7 +125,54 @@ def convert(message: BaseMessage, count: Counter | None) -> Converted:
     canonical = canonical_json(json)
     tokens = approx(canonical) if count is None else count(sent)
     readable = _readable(sent, role, actor)
-    return Converted(sent, Message(json, readable), sha256_hex(canonical), tokens)
+    digest = sha256_hex(canonical)
+    return Converted(sent, Message(json, readable, digest), digest, tokens)
+
+
+class Conversions:
+    """The conversion memo of one middleware: each message's :class:`Converted` by its
+    LangChain id (``add_messages`` gives every message of an agent's state one), reused only
+    while the message equals the deep copy it was converted from, so a message replaced
+    under its id or changed in place is converted again. System messages are converted on
+    every call (whether their actor is trusted is decided when they are sent). Holds the
+    ``size`` most recently used messages; thread-safe.
+
+    Why: a model call converts the agent's whole history (its JSON, digest, readable form
+    and tokens), and a long tool-heavy session made that conversion most of the
+    middleware's cost per call, growing with the session."""
+
+    def __init__(self, count: Counter | None, *, size: int = 16_384) -> None:
+        self._count = count
+        self._size = size
+        self._entries: OrderedDict[str, tuple[BaseMessage, Converted]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(self, messages: Sequence[BaseMessage]) -> list[Converted]:
+        """Each of ``messages`` converted; equal to ``[convert(m, count) for m in
+        messages]``."""
+        out: list[Converted] = []
+        entries = self._entries
+        with self._lock:
+            for message in messages:
+                key = message.id
+                if key is None or _system_like(message):
+                    out.append(convert(message, self._count))
+                    continue
+                hit = entries.get(key)
+                if hit is not None and hit[0] == message:
+                    entries.move_to_end(key)
+                    done = hit[1]
+                    if done.sent is not message:
+                        done = Converted(message, done.message, done.sha256, done.tokens)
+                    out.append(done)
+                    continue
+                done = convert(message, self._count)
+                entries[key] = (message.model_copy(deep=True), done)
+                entries.move_to_end(key)
+                if len(entries) > self._size:
+                    entries.popitem(last=False)
+                out.append(done)
+        return out
 
 
 def drop_unpaired(history: Sequence[Converted]) -> list[Converted]:

@@ -67,6 +67,7 @@ from ._call_engine import CallEngine, Prepared, Summarizer, check_engine_options
 from ._journal_bridge import JournalBridge
 from ._langchain_calls import (
     FRAMEWORK,
+    Conversions,
     Converted,
     approx,
     convert,
@@ -207,6 +208,7 @@ class ContextMiddleware(AgentMiddleware):
         self._keep = _checked_size(keep, "keep")
         check_engine_options(budget, keep_newest, None, 0.0)
         self._count = None if count_tokens is None else _checked_counter(count_tokens)
+        self._conversions = Conversions(self._count)
         if self._trigger is None and (self._keep is not None or summarizer is not None):
             raise InvalidInputError("keep= and summarizer= are for compaction: give trigger= too")
         if self._trigger is not None and journal is None:
@@ -232,7 +234,7 @@ class ContextMiddleware(AgentMiddleware):
     # -- one call -------------------------------------------------------------------------------
 
     def _call(self, request: ModelRequest) -> _Call:
-        history = drop_unpaired([convert(m, self._count) for m in request.messages])
+        history = drop_unpaired(self._conversions(request.messages))
         options = request_options(
             request.system_message,
             request.tools,
