@@ -92,7 +92,8 @@ def test_stats_as_text_one_line_per_subject(journal_url: tuple[str, list[bytes]]
     assert "requests 3 (3 answered, 3 sent)" in lines[1]
     assert "cached 1800" in lines[2]
     assert "of input tokens cached" in lines[3] and "30.0%" in lines[3]
-    assert lines[4] == "cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)"
+    # genai-prices' catalogue knows gpt-4.1: the cost is priced without a table.
+    assert lines[4].startswith("cost $") and "unknown" not in lines[4]
     assert lines[5] == "verify: 3 ok"
     assert lines[6].split("\t") == ["lane", "items", "tokens", "of window"]
     assert [line.split("\t")[0] for line in lines[7:]] == ["system", "session prefix", "history"]
@@ -162,7 +163,7 @@ def test_stats_text_reads_as_sentences_when_values_are_missing(
     prices.write_text(json.dumps({"other-model": {"input": 1, "output": 1}}))
     priced = invoke("stats", STREAM, "--url", sparse_url, "--prices", str(prices))
     assert priced.exit_code == 0, priced.stderr
-    assert priced.stdout.splitlines()[4] == "cost: the price table has no price for m-1"
+    assert priced.stdout.splitlines()[4] == "cost: unknown (no price known for m-1)"
 
     quiet = invoke("stats", "quiet", "--url", sparse_url, "--prices", str(prices))
     assert quiet.exit_code == 0, quiet.stderr
@@ -184,6 +185,4 @@ def test_stats_text_names_an_unknown_window_and_a_model_without_a_name(sparse_ur
     lines = list(stats_text(odd))
     assert _broken(lines) == []
     assert lines[0].endswith("model m-1, window unknown")
-    assert lines[4] == (
-        "cost: the price table has no price for m-1, a request without a model name"
-    )
+    assert lines[4] == ("cost: unknown (no price known for m-1, a request without a model name)")

@@ -11,6 +11,7 @@ from typer.testing import CliRunner, Result
 
 import contextfold as cf
 from contextfold.cli import URL_ENV, app
+from contextfold.timeline.prices import CataloguePrices
 from tests.call_streams import MODEL, USAGES, record_session
 
 STREAM = "framework"
@@ -49,4 +50,7 @@ def test_stats_of_a_framework_stream(tmp_path: Path) -> None:
     ]
     report = json.loads(_invoke("stats", STREAM, "--url", url, "--json").stdout)
     assert report["frameworks"] == ["openai-agents"] and report["model"] == MODEL
-    assert report["compactions"] == 1 and report["cost"] is None
+    # Without --prices, genai-prices' catalogue prices the model (an own table overrides it).
+    assert report["compactions"] == 1 and report["cost"] is not None and report["cost"] > 0
+    catalogue = sum(CataloguePrices().cost(MODEL, u) or 0.0 for u in USAGES)
+    assert report["cost"] >= catalogue

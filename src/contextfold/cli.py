@@ -374,8 +374,9 @@ def stats(
         Path | None,
         typer.Option(
             envvar="CONTEXTFOLD_PRICES",
-            help="A JSON price table: model -> {input, output, cached_input, cache_write} in "
-            "US dollars per million tokens (default: $CONTEXTFOLD_PRICES).",
+            help="A JSON price table overriding the genai-prices catalogue, model by model: "
+            "model -> {input, output, cached_input, cache_write} in US dollars per million "
+            "tokens (default: $CONTEXTFOLD_PRICES).",
             show_default=False,
         ),
     ] = None,
@@ -385,14 +386,15 @@ def stats(
 
     The cache share is measured twice: the bytes of each request that repeat the previous
     request exactly (what a prompt cache can reuse), and the cached input tokens the
-    provider reported. Costs need a price table (``--prices``).
+    provider reported. Costs come from the genai-prices catalogue, overridden by
+    ``--prices``; a model neither knows costs "unknown", never a wrong number.
     """
     from .inspection import require_stream
     from .timeline.build import build_timeline
-    from .timeline.prices import load_prices
+    from .timeline.prices import Prices, load_prices
     from .timeline.stats import stats_json, stats_of, stats_text
 
-    table = load_prices(prices) if prices is not None and str(prices) else None
+    table = Prices(load_prices(prices) if prices is not None and str(prices) else None)
 
     async def run() -> Any:
         async with _open(url, namespace) as journal:

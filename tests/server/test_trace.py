@@ -18,6 +18,7 @@ from contextfold.server.body import DEFAULT_MAX_BODY_BYTES
 from contextfold.server.openapi import openapi_schema
 from contextfold.telemetry import shared_prefix
 from contextfold.timeline import Price, PriceTable
+from contextfold.timeline.prices import CataloguePrices
 from contextfold.transcript.parts import Message
 from contextfold.transcript.store.factory import open_transcript_store
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
@@ -56,10 +57,15 @@ async def test_the_trace_holds_turns_with_requests_tools_and_stats(
     response = await server.client.get(f"/v1/streams/{STREAM}/trace")
     assert response.status_code == 200
     body = response.json()
-    assert body["total_turns"] == 2 and body["start"] == 0 and body["priced"] is False
+    assert body["total_turns"] == 2 and body["start"] == 0 and body["priced"] is True
     requests = [r for turn in body["turns"] for r in turn["requests"]]
     assert [r["offset"] for r in requests] == offsets
-    assert all(r["verify"] == "ok" and r["cost"] is None for r in requests)
+    # No price table: genai-prices' catalogue prices gpt-4.1.
+    catalogue = CataloguePrices()
+    assert all(
+        r["verify"] == "ok" and r["cost"] == catalogue.cost("gpt-4.1", cf.Usage(**r["usage"]))
+        for r in requests
+    )
     assert requests[0]["tool_calls"][0]["output"] == "5"
     assert requests[1]["usage"]["cached_input_tokens"] == 400
     assert body["stats"]["requests"] == 4 and body["stats"]["tokens"]["cached_input"] == 800

@@ -10,9 +10,10 @@ the context as of any offset, event search, stats, and the transcript's sessions
 
 A timeline is built incrementally and kept per stream (a few streams): a read after an
 append folds only the new events. A framework's call records make turns and requests like
-an agent's; such a request's page is its body rebuilt from the records. Costs need a
-price table: ``app.state.prices`` (a :class:`~contextfold.timeline.PriceTable`), else
-``prices=``, else the file the ``CONTEXTFOLD_PRICES`` environment variable names.
+an agent's; such a request's page is its body rebuilt from the records. Costs come from
+``app.state.prices`` (a :class:`~contextfold.timeline.PriceTable` overriding the
+catalogue, or a :class:`~contextfold.timeline.prices.Prices`), else ``prices=``, else
+``genai-prices``' catalogue overridden by the table ``CONTEXTFOLD_PRICES`` names.
 Read-only: nothing here writes.
 """
 
@@ -36,7 +37,7 @@ from ..store.base import parse_cursor
 from ..timeline.build import Timeline, TimelineBuilder
 from ..timeline.detail import request_bodies
 from ..timeline.encode import bodies_json, framework_page_json, timeline_json
-from ..timeline.prices import PriceTable, prices_from_env
+from ..timeline.prices import Prices, PriceTable, Pricing, default_prices
 from ..timeline.stats import stats_json, stats_of
 from ..transcript.bus import TranscriptBus
 from ..transcript.store.base import TranscriptStore
@@ -63,13 +64,13 @@ class TraceRoutes:
         bus: TranscriptBus | None = None,
         *,
         namespaces: frozenset[str] | None = None,
-        prices: PriceTable | None = None,
+        prices: Pricing | None = None,
     ) -> None:
         self.journal = journal
         self.transcript = transcript
         self.bus = bus
         self.namespaces = namespaces
-        self.prices = prices if prices is not None else prices_from_env()
+        self.prices = prices if prices is not None else default_prices()
         self._builders: OrderedDict[tuple[str, str], TimelineBuilder] = OrderedDict()
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
 
@@ -98,9 +99,11 @@ class TraceRoutes:
         version = await require_stream(journal, stream, where=f"namespace {journal.namespace!r}")
         return journal, stream, version
 
-    def _prices(self, request: Request) -> PriceTable | None:
+    def _prices(self, request: Request) -> Pricing:
         table = getattr(request.app.state, "prices", None)
-        return table if isinstance(table, PriceTable) else self.prices
+        if isinstance(table, PriceTable):
+            return Prices(table)
+        return table if isinstance(table, Prices) else self.prices
 
     async def timeline(self, journal: Journal, stream: str) -> Timeline:
         """The stream's timeline, folding only the events appended since the last call."""

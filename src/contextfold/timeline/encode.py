@@ -10,7 +10,7 @@ from ..context.call_records import Calls, call_body
 from ..errors import InvalidInputError
 from ..wire import Usage
 from .detail import BodyDiff, RequestBodies, body_diff
-from .prices import PriceTable
+from .prices import Pricing
 from .stats import stats_json, stats_of
 from .traces import RequestTrace, Timeline, ToolTrace, TraceItem, TurnTrace
 
@@ -49,7 +49,7 @@ def _tool_json(call: ToolTrace) -> dict[str, Any]:
     }
 
 
-def request_json(request: RequestTrace, prices: PriceTable | None = None) -> dict[str, Any]:
+def request_json(request: RequestTrace, prices: Pricing | None = None) -> dict[str, Any]:
     """One request of a timeline: times, tokens, cost, verify status, prefix share, calls."""
     model = request.response_model or request.model
     return {
@@ -100,7 +100,7 @@ def _item_json(item: TraceItem) -> dict[str, Any]:
     }
 
 
-def turn_json(turn: TurnTrace, prices: PriceTable | None = None) -> dict[str, Any]:
+def turn_json(turn: TurnTrace, prices: Pricing | None = None) -> dict[str, Any]:
     requests = [request_json(r, prices) for r in turn.requests]
     costs = [r["cost"] for r in requests if r["cost"] is not None]
     return {
@@ -115,7 +115,7 @@ def turn_json(turn: TurnTrace, prices: PriceTable | None = None) -> dict[str, An
 
 
 def timeline_json(
-    timeline: Timeline, *, start: int, limit: int, prices: PriceTable | None = None
+    timeline: Timeline, *, start: int, limit: int, prices: Pricing | None = None
 ) -> dict[str, Any]:
     """Turns ``start`` to ``start + limit`` of the timeline, with the whole stream's stats."""
     turns = timeline.turns[start : start + limit]
@@ -153,7 +153,7 @@ def _diff_json(previous_offset: int | None, diff: BodyDiff | None) -> dict[str, 
 
 
 def bodies_json(
-    stream: str, bodies: RequestBodies, trace: RequestTrace | None, prices: PriceTable | None
+    stream: str, bodies: RequestBodies, trace: RequestTrace | None, prices: Pricing | None
 ) -> dict[str, Any]:
     """The request page: exact body, header snapshot, session prefix, verify status, and
     the diff against the previous request."""
@@ -176,7 +176,7 @@ def bodies_json(
 
 
 def framework_page_json(
-    stream: str, calls: Calls, trace: RequestTrace, prices: PriceTable | None
+    stream: str, calls: Calls, trace: RequestTrace, prices: Pricing | None
 ) -> dict[str, Any]:
     """The request page of a framework's request (a call record): the shape of
     :func:`bodies_json`, its body rebuilt from the records (the JSON its digest covers),

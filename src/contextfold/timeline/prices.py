@@ -1,10 +1,13 @@
-"""Price tables: what a model's tokens cost, so traces and stats can show money.
+"""Prices: what a model's tokens cost, so traces, stats and spans can show money.
 
-A table maps model names to prices in US dollars per million tokens. It is read from a
-JSON file (``{"gpt-4.1": {"input": 2.0, "cached_input": 0.5, "output": 8.0}}``), named by
-``--prices`` or the ``CONTEXTFOLD_PRICES`` environment variable. A model matches its own
-name, else the longest key it starts with (``claude-haiku-4-5`` prices
-``claude-haiku-4-5-20251001``); an unpriced model has no cost (None), never zero.
+By default prices come from ``genai-prices``' catalogue, maintained upstream and read
+offline from the installed package (:class:`CataloguePrices`). A user's own table
+overrides it model by model: a JSON file (``{"gpt-4.1": {"input": 2.0, "cached_input":
+0.5, "output": 8.0}}``, US dollars per million tokens) named by ``--prices`` or the
+``CONTEXTFOLD_PRICES`` environment variable. In a table a model matches its own name,
+else the longest key it starts with (``claude-haiku-4-5`` prices
+``claude-haiku-4-5-20251001``). A model neither knows has no cost (None, shown as
+unknown), never zero.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -20,12 +24,30 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import InvalidInputError
 from ..wire import Usage
 
-__all__ = ["PRICES_ENV", "Price", "PriceTable", "load_prices", "prices_from_env"]
+__all__ = [
+    "PRICES_ENV",
+    "CataloguePrices",
+    "Price",
+    "PriceTable",
+    "Prices",
+    "Pricing",
+    "default_prices",
+    "load_prices",
+    "prices_from_env",
+]
 
 PRICES_ENV = "CONTEXTFOLD_PRICES"
 """The environment variable naming a price table file."""
 
 _PER_TOKEN = 1 / 1_000_000
+
+
+class Pricing(Protocol):
+    """Anything that prices a model's usage: a :class:`PriceTable`, :class:`Prices`."""
+
+    def cost(self, model: str | None, usage: Usage | None) -> float | None:
+        """What ``usage`` of ``model`` cost in US dollars; None when unknown."""
+        ...
 
 
 class Price(BaseModel):
@@ -123,3 +145,46 @@ def prices_from_env(environ: Mapping[str, str] = os.environ) -> PriceTable | Non
     """The table named by :data:`PRICES_ENV`, or None when it names none."""
     path = environ.get(PRICES_ENV, "").strip()
     return load_prices(path) if path else None
+
+
+class CataloguePrices:
+    """Prices from ``genai-prices``' catalogue (the snapshot its installed release holds:
+    no network). A model it does not know, or usage it cannot price, costs None."""
+
+    def cost(self, model: str | None, usage: Usage | None) -> float | None:
+        if not model or usage is None:
+            return None
+        try:
+            from genai_prices import Usage as Tokens
+            from genai_prices import calc_price
+        except ImportError:  # pragma: no cover - a core dependency, absent only if removed
+            return None
+        tokens = Tokens(
+            input_tokens=usage.input_tokens,
+            cache_read_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            output_tokens=usage.output_tokens,
+        )
+        try:
+            found = calc_price(tokens, model_ref=model)
+        except (LookupError, ValueError):
+            return None
+        return float(found.total_price)
+
+
+class Prices:
+    """A user's table first (``override``), then the catalogue, model by model."""
+
+    def __init__(self, override: PriceTable | None = None, *, catalogue: bool = True) -> None:
+        self.override = override
+        self.catalogue = CataloguePrices() if catalogue else None
+
+    def cost(self, model: str | None, usage: Usage | None) -> float | None:
+        if self.override is not None and self.override.price_of(model) is not None:
+            return self.override.cost(model, usage)
+        return None if self.catalogue is None else self.catalogue.cost(model, usage)
+
+
+def default_prices(environ: Mapping[str, str] = os.environ) -> Prices:
+    """The catalogue, overridden by the table :data:`PRICES_ENV` names, if any."""
+    return Prices(prices_from_env(environ))

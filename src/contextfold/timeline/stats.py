@@ -14,7 +14,7 @@ from typing import Any
 from ..context.compaction import context_window
 from ..context.state import AgentContextState
 from ..views.tokens import approx_tokens
-from .prices import PriceTable
+from .prices import Pricing
 from .traces import LaneTokens, Timeline
 
 __all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of", "stats_text"]
@@ -69,13 +69,14 @@ class Stats:
     latest_input_tokens: int | None
     """The input tokens the provider reported for the latest answered request."""
     priced: bool = False
-    """Whether a price table was given (``cost`` may still be None: nothing it prices)."""
+    """Whether prices were given (``cost`` may still be None: no model they know)."""
     frameworks: tuple[str, ...] = ()
     """The frameworks whose call records the stream holds."""
 
 
-def stats_of(timeline: Timeline, prices: PriceTable | None = None) -> Stats:
-    """The stats of ``timeline``, with costs from ``prices`` when given."""
+def stats_of(timeline: Timeline, prices: Pricing | None = None) -> Stats:
+    """The stats of ``timeline``, with costs from ``prices`` when given (see
+    :func:`~contextfold.timeline.prices.default_prices`)."""
     requests = timeline.requests
     answered = [r for r in requests if r.usage is not None]
     reported = [r for r in answered if r.usage and r.usage.cached_input_tokens is not None]
@@ -197,11 +198,11 @@ def _cost_text(stats: Stats) -> str:
         names.append("a request without a model name")
     missing = ", ".join(names)
     if stats.cost is not None:
-        return f"cost ${stats.cost:.4f}" + (f" (no price for {missing})" if missing else "")
+        return f"cost ${stats.cost:.4f}" + (f" (no price known for {missing})" if missing else "")
     if not stats.priced:
-        return "cost: no price table (--prices FILE or CONTEXTFOLD_PRICES)"
+        return "cost: unknown (no prices given)"
     if missing:
-        return f"cost: the price table has no price for {missing}"
+        return f"cost: unknown (no price known for {missing})"
     return "cost: no answered request to price"
 
 

@@ -214,7 +214,8 @@
       card("tokens", t.input + " in / " + t.output + " out", "cached " + t.cached_input + " · cache writes " + t.cache_write),
       card("prompt cache", pct(stats.cache.prefix_share) + " of bytes",
         stats.cache.cached_share === null ? "no cached tokens reported" : "provider cached " + pct(stats.cache.cached_share) + " of input"),
-      card("cost", priced ? dollars(stats.cost) : "no price table", priced ? "" : "set CONTEXTFOLD_PRICES"),
+      card("cost", priced && stats.cost !== null ? dollars(stats.cost) : "unknown",
+        stats.unpriced_models && stats.unpriced_models.length ? "no price known for " + stats.unpriced_models.join(", ") : ""),
       card("verify", verify.join(", ") || "no requests", stats.verify.drift ? "rebuild drift!" : "rebuilds byte for byte"),
       card("compactions", String(stats.compactions),
         [stats.model, (stats.frameworks || []).join(", ")].filter(Boolean).join(" · ")),
@@ -467,7 +468,7 @@
     fact(facts, "reason", trace.reason || "–");
     fact(facts, "latency", ms(trace.latency_ms) + (trace.sent_at ? " (sent " + trace.sent_at + ")" : ""));
     fact(facts, "tokens", tokens(trace.usage));
-    fact(facts, "cost", trace.cost === null || trace.cost === undefined ? "no price table" : dollars(trace.cost));
+    fact(facts, "cost", trace.cost === null || trace.cost === undefined ? "unknown" : dollars(trace.cost));
     fact(facts, "finish", trace.finish_reason || "–");
 
     const cache = $("request-cache");
