@@ -180,30 +180,29 @@ def drop_unpaired(history: Sequence[Converted]) -> list[Converted]:
     are not all answered after it (with its results), and a tool result answering no
     earlier call."""
     made: dict[str, int] = {}
-    answered: set[str] = set()
+    pending: set[str] = set()
+    orphans = False
     for index, item in enumerate(history):
         readable = item.message.readable
-        if readable.tool_call_id is not None and readable.tool_call_id in made:
-            answered.add(readable.tool_call_id)
+        answers = readable.tool_call_id
+        if answers is not None:
+            if answers in made:
+                pending.discard(answers)
+            else:
+                orphans = True
         for call in readable.tool_calls:
             made[call.id] = index
-    dropped = {
-        made[call.id]
-        for item in history
-        for call in item.message.readable.tool_calls
-        if call.id not in answered
-    }
-    if not dropped and len(answered) == sum(
-        1 for item in history if item.message.readable.tool_call_id is not None
-    ):
+            pending.add(call.id)
+    if not orphans and not pending:
         return list(history)
+    dropped = {made[call] for call in pending}
     kept: list[Converted] = []
     for index, item in enumerate(history):
-        readable = item.message.readable
+        answers = item.message.readable.tool_call_id
         if index in dropped:
             continue
-        if readable.tool_call_id is not None:
-            maker = made.get(readable.tool_call_id)
+        if answers is not None:
+            maker = made.get(answers)
             if maker is None or maker > index or maker in dropped:
                 continue
         kept.append(item)

@@ -243,9 +243,11 @@ class ContextMiddleware(AgentMiddleware):
             request.response_format,
         )
         system = request.system_message
-        base = approx(canonical_json({k: v for k, v in options.items() if k != "system"}))
-        if system is not None:
-            base += convert(system, self._count).tokens
+        if self._count is None or system is None:
+            base = approx(canonical_json(options))
+        else:
+            rest = {k: v for k, v in options.items() if k != "system"}
+            base = approx(canonical_json(rest)) + self._count(system)
         return _Call(history, options, base, model_name(request.model))
 
     def _run_stream(self) -> str:
