@@ -33,3 +33,17 @@ def test_a_view_never_starts_between_the_calls_and_their_results() -> None:
     start = view_start(history, tokens, budget=10, keep=1)
     assert start == 3
     assert view_start(history, tokens, budget=100, keep=1) == 0
+
+
+def test_a_view_of_user_starts_opens_on_a_user_message() -> None:
+    history = [
+        *_history(),
+        Readable(role="assistant", tool_calls=(CallTool(id="c", name="t"),)),
+        Readable(role="tool", text="r", tool_call_id="c"),
+        Readable(role="assistant", text="late"),
+    ]
+    tokens = [1.0] * len(history)
+    assert view_start(history, tokens, budget=3, keep=1) == 5  # on the assistant's call
+    start = view_start(history, tokens, budget=3, keep=1, starts="user")
+    assert start == 4 and history[start].role == "user"  # the newest turn, whatever it costs
+    assert view_start(history, tokens, budget=100, keep=1, starts="user") == 0

@@ -297,7 +297,13 @@ def _view_messages(calls: Calls, view: CallView) -> list[str] | str:
             return "its view names a compaction the stream does not hold for its history"
     summary = [] if view.summary is None else [view.summary]
     start = view_start(
-        readable, view.tokens, budget=view.budget, keep=view.keep, lowest=lowest, base=view.base
+        readable,
+        view.tokens,
+        budget=view.budget,
+        keep=view.keep,
+        lowest=lowest,
+        base=view.base,
+        starts=view.starts,
     )
     if start != view.start:
         return f"its view starts at history message {view.start}, the budget gives {start}"

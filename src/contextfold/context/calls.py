@@ -40,6 +40,7 @@ __all__ = [
     "CallTool",
     "CallView",
     "Readable",
+    "Starts",
     "compaction_cut",
     "message_digest",
     "pair_links",
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 ReadableRole = Literal["system", "developer", "user", "assistant", "tool"]
+Starts = Literal["any", "user"]
+"""Where a trimmed view may start: at any message no tool pair crosses, or only at a user
+message (what Gemini, and Anthropic after its system prompt, require of a first turn)."""
 
 
 class _Frozen(BaseModel):
@@ -124,6 +128,8 @@ class CallView(_Frozen):
     start: int = Field(default=0, ge=0)
     """The first history message sent (after the summary); system messages before it are
     sent too, first."""
+    starts: Starts = "any"
+    """Where the budget may start the view (:data:`Starts`)."""
 
 
 class CallRequested(Event, type="contextfold.calls/request", runtime_only=True):
@@ -195,14 +201,16 @@ def pair_links(messages: Sequence[Readable]) -> list[int]:
     return links
 
 
-def _starts(messages: Sequence[Readable], lowest: int) -> Iterator[int]:
+def _starts(messages: Sequence[Readable], lowest: int, starts: Starts = "any") -> Iterator[int]:
     """Newest first, each index >= ``lowest`` a pair-safe window may start at: no message
-    from it on is linked to a message before it, and it is no tool result."""
+    from it on is linked to a message before it, and it is no tool result (with ``starts``
+    "user": it is a user message)."""
     links = pair_links(messages)
     low = len(messages)
     for index in range(len(messages) - 1, lowest - 1, -1):
         low = min(low, links[index])
-        if low >= index and messages[index].role != "tool":
+        role = messages[index].role
+        if low >= index and role != "tool" and (starts == "any" or role == "user"):
             yield index
 
 
@@ -214,20 +222,21 @@ def view_start(
     keep: int = 1,
     lowest: int = 0,
     base: float = 0.0,
+    starts: Starts = "any",
 ) -> int:
     """The first of ``messages`` a request sends: the oldest pair-safe start from
     ``lowest`` on whose window fits ``budget``, counting ``base`` (a summary, the system
     prompt) and the system messages before the start (they are always sent). The first
     ``keep`` starts, newest first, are taken whatever they cost; when even the newest
     does not fit (``keep == 0``), none (the length of ``messages``); with no budget, or no
-    pair-safe start at all, ``lowest``."""
+    pair-safe start at all, ``lowest``. ``starts`` "user" starts only at user messages."""
     if budget is None or len(messages) <= lowest:
         return lowest
     fixed = base + sum(t for t, m in zip(tokens, messages, strict=True) if m.role == "system")
     suffix = 0.0
     walked = len(messages)
     chosen: int | None = None
-    for rank, start in enumerate(_starts(messages, lowest)):
+    for rank, start in enumerate(_starts(messages, lowest, starts)):
         for index in range(walked - 1, start - 1, -1):
             suffix += tokens[index] if messages[index].role != "system" else 0.0
         walked = start

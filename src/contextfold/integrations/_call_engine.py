@@ -29,6 +29,7 @@ from typing import Any
 from ..context.call_records import CallRecorder, Compaction, Message, digest_of
 from ..context.calls import (
     CallView,
+    Starts,
     compaction_cut,
     summary_prompt,
     view_start,
@@ -74,7 +75,8 @@ class Prepared:
 
 class CallEngine:
     """Chooses and records each call's messages (see the module). ``count`` is a message's
-    tokens; ``summary_message`` makes the framework's user message for a summary text."""
+    tokens; ``summary_message`` makes the framework's user message for a summary text;
+    ``starts`` "user" starts a trimmed view only at a user message."""
 
     def __init__(
         self,
@@ -87,6 +89,7 @@ class CallEngine:
         compact_at: float | None = None,
         keep_tokens: float = 0.0,
         summarize: Summarizer | None = None,
+        starts: Starts = "any",
     ) -> None:
         check_engine_options(budget, keep, compact_at, keep_tokens)
         if compact_at is not None and (summarize is None or recorder is None):
@@ -101,6 +104,7 @@ class CallEngine:
         self.compact_at = compact_at
         self.keep_tokens = keep_tokens
         self.summarize = summarize
+        self.starts = starts
 
     async def _applying(self, digests: Sequence[str]) -> Compaction | None:
         if self.recorder is None:
@@ -149,7 +153,13 @@ class CallEngine:
                 lowest, summary = cut, self.summary_message(text)
         extra = base + (self.count(summary) if summary is not None else 0.0)
         start = view_start(
-            readable, tokens, budget=self.budget, keep=self.keep, lowest=lowest, base=extra
+            readable,
+            tokens,
+            budget=self.budget,
+            keep=self.keep,
+            lowest=lowest,
+            base=extra,
+            starts=self.starts,
         )
         pinned = [i for i in range(start) if readable[i].role == "system"]
         order: list[int | None] = [
@@ -167,6 +177,7 @@ class CallEngine:
             summary=None if summary is None else digest_of(summary),
             base=extra,
             start=start,
+            starts=self.starts,
         )
         sent = [history[i] if i is not None else summary for i in order]
         messages = tuple(m for m in sent if m is not None)
