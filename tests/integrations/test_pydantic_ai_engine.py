@@ -172,6 +172,8 @@ async def test_a_budget_trims_pair_safe_over_many_tool_turns(journal: Journal) -
     for sent in seen:
         assert _leads_with_system(sent)
         assert _pairs_intact(sent)
+        lead = sent[0]  # the system prompt with the user prompt the view opens on
+        assert isinstance(lead, ModelRequest) and isinstance(lead.parts[-1], UserPromptPart)
     calls = await read_calls(journal, "chat")
     _rebuilds(calls)
     views = [sent.view for sent in calls.requests.values() if sent.view is not None]

@@ -3,10 +3,13 @@
 Content an application marks as supplied by an untrusted actor (a Slack message, an email, a
 webhook body) never reaches the model with system precedence; ``context.trust`` decides what
 is trusted. Here: the key a marking is stored under in a framework object's metadata, the
-actor a new marking names, and the actor a stored marking holds.
+actor a new marking names, the actor a stored marking holds, and the header line naming the
+actor that marked content goes out behind.
 """
 
 from __future__ import annotations
+
+import json
 
 from pydantic import ValidationError
 
@@ -14,11 +17,25 @@ from ..context.events import Actor
 from ..context.trust import is_trusted, trusted_extensions
 from ..errors import InvalidInputError
 
-__all__ = ["ACTOR_KEY", "marked_actor", "untrusted_actor"]
+__all__ = ["ACTOR_KEY", "actor_header", "marked_actor", "untrusted_actor"]
 
 ACTOR_KEY = "contextfold_actor"
 """The metadata key holding the actor that supplied a framework object (a LangGraph
 message's ``additional_kwargs``, a pydantic-ai ``SystemPromptPart.metadata``)."""
+
+
+# Characters str.splitlines breaks on that JSON string encoding leaves as they are: a header
+# stays one line whatever the actor id holds.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def actor_header(actor: Actor) -> str:
+    """The one header line naming ``actor``, as contextfold's item headers write it:
+    ``actor=slack actor_id="U42"``."""
+    header = f"actor={actor.type}"
+    if actor.id is not None:
+        header += " actor_id=" + json.dumps(actor.id, ensure_ascii=False).translate(_LINE_BREAKS)
+    return header
 
 
 def untrusted_actor(actor: object, id: object = None, *, origin: object = None, what: str) -> Actor:

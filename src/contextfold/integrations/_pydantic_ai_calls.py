@@ -38,7 +38,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RequestUsage
 
 from ..context.call_records import Message
-from ..context.calls import CallTool, Readable, summary_text
+from ..context.calls import CallTool, Readable, message_digest, summary_text
 from ..context.trust import is_trusted, trusted_extensions
 from ..wire import Usage
 from ._pydantic_ai_window import actor_of, downgraded
@@ -202,7 +202,7 @@ def _unit(index: int, message: ModelMessage, count: Count) -> Unit:
     messages = []
     for json, piece in zip(dumped, objects, strict=True):
         readable = readable_of(piece, actor if piece is objects[-1] else None)
-        messages.append(Message(json, readable))
+        messages.append(Message(json, readable, message_digest(json)))
     tokens = tuple(float(count(o, m)) for o, m in zip(objects, messages, strict=True))
     return Unit(message, whole, tuple(objects), tuple(messages), tokens, changed)
 

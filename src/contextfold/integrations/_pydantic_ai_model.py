@@ -190,6 +190,7 @@ class ContextModel(WrapperModel):
             compact_at=self.compact_at,
             keep_tokens=self.keep_tokens,
             summarize=summarize if self.compact_at is not None else None,
+            starts="user",  # a trimmed view opens on a user prompt, as providers require
         )
 
     async def _summarize(self, prompt: str) -> tuple[str, Usage | None]:

@@ -16,7 +16,6 @@ same form :func:`untrusted_prompt` gives external content from the start.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -37,7 +36,7 @@ from ..context.events import Actor
 from ..context.trust import is_trusted, trusted_extensions
 from ..errors import InvalidInputError
 from ..views.view import check_budget
-from ._actors import ACTOR_KEY, marked_actor, untrusted_actor
+from ._actors import ACTOR_KEY, actor_header, marked_actor, untrusted_actor
 from ._pair_safe import checked_counter, link_of, newest_fitting, pair_safe_starts
 
 __all__ = [
@@ -65,10 +64,6 @@ __all__ = [
 
 Counter = Callable[[ModelMessage], float]
 """Sizes one message in tokens."""
-
-# Characters str.splitlines breaks on that JSON string encoding leaves as they are: a header
-# stays one line whatever the actor id holds.
-_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,15 +100,6 @@ class Shape:
 
 
 # -- actors and trust --------------------------------------------------------------------------
-
-
-def actor_header(actor: Actor) -> str:
-    """The one header line naming ``actor``, as contextfold's item headers write it:
-    ``actor=slack actor_id="U42"``."""
-    header = f"actor={actor.type}"
-    if actor.id is not None:
-        header += " actor_id=" + json.dumps(actor.id, ensure_ascii=False).translate(_LINE_BREAKS)
-    return header
 
 
 def untrusted_prompt(
