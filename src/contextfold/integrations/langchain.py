@@ -271,19 +271,18 @@ class ContextMiddleware(AgentMiddleware):
             ) from exc
 
     def _engine(
-        self,
-        request: ModelRequest,
-        summarize: Summarizer | None,
+        self, request: ModelRequest, call: _Call, summarize: Summarizer | None
     ) -> CallEngine:
         recorder = None
         if self._bridge is not None:
             recorder = CallRecorder(self._bridge.journal, self._run_stream(), FRAMEWORK)
         compact_at = keep = None
         if self._trigger is not None:
-            compact_at = _tokens(self._trigger, request.model, "trigger")
-            keep = (
-                compact_at / 4 if self._keep is None else _tokens(self._keep, request.model, "keep")
-            )
+            trigger = _tokens(self._trigger, request.model, "trigger")
+            keep = trigger / 4 if self._keep is None else _tokens(self._keep, request.model, "keep")
+            # The trigger counts the messages, as SummarizationMiddleware's does; the engine
+            # counts the whole request.
+            compact_at = trigger + call.base
         return CallEngine(
             recorder,
             count=self._count_message,
@@ -345,7 +344,7 @@ class ContextMiddleware(AgentMiddleware):
     ) -> Any:
         call = self._call(request)
         summarize = _summarizer(self._summarizer or request.model, None)
-        engine = self._engine(request, summarize)
+        engine = self._engine(request, call, summarize)
         if self._bridge is None:
             prepared, position = _now(self._prepare(engine, call))
             return handler(self._sent(request, call, prepared))
@@ -363,7 +362,7 @@ class ContextMiddleware(AgentMiddleware):
         call = self._call(request)
         loop = asyncio.get_running_loop()
         summarize = _summarizer(self._summarizer or request.model, loop)
-        engine = self._engine(request, summarize)
+        engine = self._engine(request, call, summarize)
         if self._bridge is None:
             prepared, position = _now(self._prepare(engine, call))
             return await handler(self._sent(request, call, prepared))
