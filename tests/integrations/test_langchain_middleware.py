@@ -137,3 +137,25 @@ def test_a_dangling_tool_call_is_not_sent() -> None:
 def test_bad_options_are_refused_naming_them(options: dict[str, Any], named: str) -> None:
     with pytest.raises(cf.InvalidInputError, match=named):
         ContextMiddleware(**options)
+
+
+class ScriptedAnthropic(Scripted):
+    """A model named as Anthropic's chat models are: its provider refuses a conversation
+    that opens on the model's turn."""
+
+
+@pytest.mark.parametrize(("starts", "opens_on_user"), [(None, True), ("any", False)])
+def test_a_trimmed_view_opens_on_a_user_message_where_the_provider_needs_it(
+    starts: Any, opens_on_user: bool
+) -> None:
+    model = ScriptedAnthropic(steps=6)
+    middleware = ContextMiddleware(budget=700, count_tokens=_count, starts=starts)
+    agent: Any = create_agent(
+        model, tools=[read_file], system_prompt="You read files.", middleware=[middleware]
+    )
+    state: dict[str, Any] = {"messages": []}
+    for n in range(3):
+        state = agent.invoke({"messages": [*state["messages"], ("user", f"read part {n}")]})
+    firsts = [type(messages[1]) for messages in model.seen]
+    assert all(split_pairs(messages[1:]) == 0 for messages in model.seen)
+    assert (set(firsts) == {HumanMessage}) == opens_on_user

@@ -58,7 +58,7 @@ from langgraph.constants import TAG_NOSTREAM
 
 from ..canonical import canonical_json
 from ..context.call_records import CallRecorder, Message
-from ..context.calls import CallView
+from ..context.calls import CallView, Starts
 from ..errors import InvalidInputError, InvalidStreamNameError
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
@@ -127,6 +127,15 @@ def _tokens(size: ContextSize, model: BaseChatModel, what: str) -> float:
     return max(limit * value, 1.0)
 
 
+_USER_FIRST = ("anthropic", "google", "gemini", "vertex", "bedrock")
+
+
+def _starts_for(model: BaseChatModel) -> Starts:
+    """Where a trimmed view may start for ``model``'s provider (see ContextMiddleware)."""
+    named = f"{type(model).__name__} {getattr(model, '_llm_type', '')}".lower()
+    return "user" if any(provider in named for provider in _USER_FIRST) else "any"
+
+
 def _summarizer(model: BaseChatModel, loop: asyncio.AbstractEventLoop | None) -> Summarizer:
     """The summarizer calling ``model``: its sync call off the journal's loop for a sync agent
     (``loop`` None), else its async call on the agent's ``loop``, where its client lives.
@@ -186,8 +195,11 @@ class ContextMiddleware(AgentMiddleware):
     ``approx_tokens`` of its JSON) trims, ``keep_newest`` units are kept whatever they cost.
     ``trigger`` and ``keep`` (a number of tokens, ``("tokens", n)`` or ``("fraction", f)``;
     ``keep`` defaults to a quarter of ``trigger``) compact with ``summarizer`` (default: the
-    agent's model); compaction needs ``journal``. :attr:`last_view` is the view the latest
-    call sent. Raises InvalidInputError for bad options.
+    agent's model); compaction needs ``journal``. ``starts`` "user" lets a trimmed view start
+    only at a user message, "any" at any message no tool pair crosses; by default "user" for
+    the chat models whose providers refuse a conversation opening on the model's turn
+    (Anthropic, Gemini, Vertex, Bedrock), else "any". :attr:`last_view` is the view the
+    latest call sent. Raises InvalidInputError for bad options.
     """
 
     def __init__(
@@ -202,6 +214,7 @@ class ContextMiddleware(AgentMiddleware):
         journal: Journal | SyncJournal | None = None,
         stream: str | None = None,
         stream_prefix: str = "langgraph/",
+        starts: Starts | None = None,
     ) -> None:
         super().__init__()
         self._trigger = _checked_size(trigger, "trigger")
@@ -223,7 +236,12 @@ class ContextMiddleware(AgentMiddleware):
             raise InvalidInputError("ContextMiddleware takes stream= together with journal=")
         if not isinstance(stream_prefix, str):
             raise InvalidInputError(f"stream_prefix must be a str, got {stream_prefix!r}")
-        self._bridge = JournalBridge(journal, what="ContextMiddleware") if journal else None
+        if starts not in (None, "any", "user"):
+            raise InvalidInputError(f"starts must be 'any', 'user' or None, got {starts!r}")
+        self._starts = starts
+        self._bridge = (
+            JournalBridge(journal, what="ContextMiddleware") if journal is not None else None
+        )
         self._stream = check_stream(stream) if stream is not None else None
         self._prefix = stream_prefix
         self._budget = budget
@@ -292,6 +310,7 @@ class ContextMiddleware(AgentMiddleware):
             compact_at=compact_at,
             keep_tokens=keep or 0.0,
             summarize=summarize if compact_at is not None else None,
+            starts=self._starts or _starts_for(request.model),
         )
 
     def _count_message(self, message: Message) -> float:
