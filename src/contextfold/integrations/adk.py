@@ -1,4 +1,7 @@
-"""Google ADK sessions on the journal: :class:`JournalSessionService`, a ``BaseSessionService``.
+"""Google ADK on the journal: :class:`JournalSessionService`, a ``BaseSessionService``, and
+:class:`ContextPlugin`, contextfold's context engine in every model call of a runner
+(budget, compaction, recording; see ``_adk_plugin``), with :func:`untrusted_metadata` and
+:func:`untrusted_content` for external content.
 
 Streams, one per session plus one per app and one per (app, user) for shared state::
 
@@ -58,6 +61,8 @@ try:
     from google.adk.sessions.session import Session
     from google.adk.sessions.state import State
 
+    from ._adk_calls import untrusted_content, untrusted_metadata
+    from ._adk_plugin import ContextPlugin
     from ._adk_records import (
         ADK_EVENT,
         SESSION_FOLD,
@@ -91,11 +96,14 @@ __all__ = [
     "AdkSessionCreated",
     "AdkSessionDeleted",
     "AdkStateChanged",
+    "ContextPlugin",
     "JournalSessionService",
     "SessionRecord",
     "app_stream",
     "session_stream",
     "sessions_prefix",
+    "untrusted_content",
+    "untrusted_metadata",
     "user_stream",
 ]
 
