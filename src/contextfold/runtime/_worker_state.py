@@ -79,9 +79,9 @@ class StreamStatus:
     when it changes."""
     failures: int = 0
     """Provider failures in a row without a lease (a lease carries its own count)."""
-    deferred: float | None = None
-    """Left to the instance that handed it back until this time of the event loop (set at
-    the first look that found it so, cleared once anyone claims it)."""
+    deferred: tuple[int, float] | None = None
+    """Left to the instance that handed it back: the position of that hand-back, and until
+    when (the event loop's time; from the first look that found it)."""
     task: asyncio.Task[None] | None = None
     """RUNNING: the task serving it."""
     lease: StreamLease | None = None

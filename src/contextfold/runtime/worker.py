@@ -390,7 +390,7 @@ class Worker:
             record is not None
             and record.state == "released"
             and record.holder != self.holder
-            and self._defer(status)
+            and self._defer(status, record.position)
         ):
             return  # handed back by another instance: left to it for a while
         status.deferred = None
@@ -415,14 +415,14 @@ class Worker:
             return
         await self._run_leased(status, lease, lease.failures, head)
 
-    def _defer(self, status: StreamStatus) -> bool:
-        """Whether the stream, handed back by another instance, is still left to it (then
-        blocked until its time is up): for ``defer`` seconds from the first look that found
-        it so, however often it changes meanwhile."""
+    def _defer(self, status: StreamStatus, handed_back: int) -> bool:
+        """Whether the stream, handed back by another instance at position ``handed_back``,
+        is still left to it (then blocked until its time is up): for ``defer`` seconds from
+        the first look that found that hand-back, however often it changes meanwhile."""
         now = asyncio.get_running_loop().time()
-        if status.deferred is None:
-            status.deferred = now + self.defer
-        left = status.deferred - now
+        if status.deferred is None or status.deferred[0] != handed_back:
+            status.deferred = (handed_back, now + self.defer)
+        left = status.deferred[1] - now
         if left <= 0:
             return False
         self._streams.block(status, self.journal.clock() + timedelta(seconds=left))
