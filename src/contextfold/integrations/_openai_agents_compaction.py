@@ -223,6 +223,10 @@ class JournalCompactionSession:
     def session_settings(self) -> SessionSettings | None:
         return self.underlying_session.session_settings
 
+    @session_settings.setter
+    def session_settings(self, value: SessionSettings | None) -> None:
+        self.underlying_session.session_settings = value
+
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         return await self.underlying_session.get_items(limit)
 

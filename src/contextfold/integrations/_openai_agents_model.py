@@ -45,7 +45,6 @@ from openai.types.responses import (
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 from pydantic import ValidationError
 
-from ..canonical import sha256_hex
 from ..context.compaction import summary_item
 from ..context.events import LlmRequestRequested, LlmResponse, RequestHeader, assistant_item
 from ..context.projection import AGENT_WRITER, AgentContext
@@ -54,6 +53,7 @@ from ..context.request import Built, build
 from ..context.state import AgentContextState
 from ..context.trust import trusted_extensions
 from ..errors import InvalidInputError, RenderError, StoreError, WrongExpectedVersionError
+from ..events import NewEvent, StoredEvent
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..runtime.clients import ModelClient, clock_of, developer_role_of
@@ -192,12 +192,13 @@ class _Summarize:
 
 @dataclass(frozen=True, slots=True)
 class _Taken:
-    """A call's input, taken in: the digests its request records, whether it brought new
-    user input (a new turn), and the stream version after its items."""
+    """A call's input, taken in: its new items as the events they are (encoded, each with
+    its writer, appended with the request), the digests its request records, and whether
+    it brought new user input (a new turn)."""
 
+    events: tuple[NewEvent, ...]
     digests: tuple[str, ...]
     new_input: bool
-    version: int
 
 
 class JournalModel(Model):
@@ -300,27 +301,33 @@ class JournalModel(Model):
         return self._version
 
     async def _take(self, items: list[Any]) -> _Taken:
-        """Append the items of ``items`` new to the stream (one idempotent append)."""
-        journal, stream = self.journal, self.stream
-        record: ModelRecord = await journal.fold(MODEL_RECORD, stream)
+        """The items of ``items`` new to the stream, as events (nothing is appended)."""
+        journal = self.journal
+        record: ModelRecord = await journal.fold(MODEL_RECORD, self.stream)
         taken = continuation(record, items)
         groups = input_events(items[taken.new :], taken.new, record.names)
-        events = [
+        events = tuple(
             new for group in groups for new in journal.encode(group.events, actor=group.writer)
-        ]
+        )
         new_input = any(
             group.writer is None and getattr(event, "role", None) == "user"
             for group in groups
             for event in group.events
         )
-        if not events:
-            return _Taken(taken.digests, new_input, await self._known_version())
-        # A retry after a crash before the request makes the same key: nothing twice.
-        base = "|".join((stream, str(len(record.digests)), *taken.digests))
-        key = f"openai-agents:model:{sha256_hex(base)}"
-        appended = await journal.append(stream, events, idempotency_key=key)
-        self._version = appended.last_position
-        return _Taken(taken.digests, new_input, appended.last_position)
+        return _Taken(events, taken.digests, new_input)
+
+    def _ahead(
+        self, context: AgentContextState, events: tuple[NewEvent, ...], version: int
+    ) -> AgentContextState:
+        """``context`` with ``events`` folded in as if appended after ``version``: what the
+        request is built from before the one append that stores them with it."""
+        namespace, stream = self.journal.namespace, self.stream
+        for position, new in enumerate(events, start=version + 1):
+            stored = StoredEvent.appended(namespace, stream, 0, position, new)
+            envelope = AgentContext.decode(stored)
+            if envelope is not None:
+                context = AgentContext.apply(context, envelope)
+        return context
 
     def _build(
         self, context: AgentContextState, header: RequestHeader, time: str
@@ -334,15 +341,16 @@ class JournalModel(Model):
         return built, rendered
 
     async def _decide(
-        self, header: RequestHeader, digests: tuple[str, ...], *, summarize: bool
+        self, header: RequestHeader, taken: _Taken, *, summarize: bool
     ) -> _Prepared | _Summarize:
-        """Record the request (after a note when it is over the budget) and return it, or
-        the summary to make first when it is over ``compact_at`` (and ``summarize``)."""
+        """Record the input's items and the request in one append (after a note when it is
+        over the budget) and return it, or the summary to make first when it is over
+        ``compact_at`` (and ``summarize``)."""
         journal, stream = self.journal, self.stream
         version = await self._known_version()
         trimmed = False
         for _ in range(_ATTEMPTS):
-            context = await journal.fold(AgentContext, stream)
+            context = self._ahead(await journal.fold(AgentContext, stream), taken.events, version)
             logged = None if context.header == header else header
             [request] = journal.encode(
                 LlmRequestRequested(header=logged, reason="openai-agents"), actor=AGENT_WRITER
@@ -366,7 +374,7 @@ class JournalModel(Model):
                     version = await self._compacted(cutoff, note, None)
                     self._spans.on_event(CompactionFinished(offset=cutoff, summary=note))
                     continue
-            offset = version + 2  # the input record, then the request
+            offset = version + len(taken.events) + 2  # the items, the input record, then it
             recorded = RequestRecorded(
                 request_offset=offset,
                 transport=rendered.transport,
@@ -374,7 +382,8 @@ class JournalModel(Model):
                 size=len(rendered.body),
             )
             events = [
-                *journal.encode(ModelInputRecorded(digests=digests), actor=AGENT_WRITER),
+                *taken.events,
+                *journal.encode(ModelInputRecorded(digests=taken.digests), actor=AGENT_WRITER),
                 request,
                 *journal.encode(recorded, actor=AGENT_WRITER, channels=()),
             ]
@@ -430,7 +439,7 @@ class JournalModel(Model):
                 self._spans.end_turn("stopped", "new input came before an answer")
             self._spans.start_turn()
             self._turn = True
-        step = await arun(lambda: self._decide(header, taken.digests, summarize=True))
+        step = await arun(lambda: self._decide(header, taken, summarize=True))
         if isinstance(step, _Prepared):
             return step
         # The summarizer is the model itself, called on the caller's loop like any request.
@@ -440,7 +449,7 @@ class JournalModel(Model):
         text = output.text or trim_note(await arun(self._context), cutoff)
         await arun(lambda: self._compacted(cutoff, text, output.usage))
         self._spans.on_event(CompactionFinished(offset=cutoff, summary=text))
-        done = await arun(lambda: self._decide(header, taken.digests, summarize=False))
+        done = await arun(lambda: self._decide(header, taken, summarize=False))
         assert isinstance(done, _Prepared)  # no second summary is asked for
         return done
 
