@@ -89,6 +89,8 @@ async def main(turns: int) -> int:
     wrapped: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         async with cf.open_journal(f"sqlite:///{Path(tmp) / 'agent.db'}") as journal:
+            # One-time costs (schemas built on first use) are no call's overhead.
+            await conversation([ContextPlugin(journal, budget=8_000)], 2)
             for _ in range(3):  # interleaved: the machine's noise hits both sides
                 alone.append(await conversation([], turns))
                 wrapped.append(await conversation([ContextPlugin(journal, budget=8_000)], turns))

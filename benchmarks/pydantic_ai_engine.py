@@ -73,6 +73,8 @@ async def main(turns: int) -> int:
     wrapped: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         async with cf.open_journal(f"sqlite:///{Path(tmp) / 'agent.db'}") as journal:
+            # One-time costs (pydantic's schemas built on first use) are no call's overhead.
+            await conversation(agent_on(ContextModel(FunctionModel(instant), journal, "warm")), 2)
             for round_ in range(3):  # interleaved: the machine's noise hits both sides
                 alone.append(await conversation(agent_on(FunctionModel(instant)), turns))
                 model = ContextModel(

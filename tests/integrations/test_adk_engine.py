@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from google.adk.agents import LlmAgent, RunConfig
+from google.adk.agents.callback_context import CallbackContext
 from google.adk.apps import App
 from google.adk.events.event import Event
 from google.adk.models import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
+from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.runners import Runner
 from google.adk.sessions.base_session_service import BaseSessionService
 from google.adk.sessions.in_memory_session_service import InMemorySessionService
@@ -107,7 +109,7 @@ def look(topic: str) -> str:
     return f"{topic}: " + "fact " * 40
 
 
-def _runner(service: BaseSessionService, model: Scripted, *plugins: ContextPlugin) -> Runner:
+def _runner(service: BaseSessionService, model: Scripted, *plugins: BasePlugin) -> Runner:
     agent = LlmAgent(name="looker", model=model, instruction="You look things up.", tools=[look])
     return Runner(
         app=App(name=APP, root_agent=agent, plugins=list(plugins)), session_service=service
@@ -276,6 +278,38 @@ async def test_marked_external_content_goes_out_as_the_actors_user_content(
     assert {m.readable.actor for _, m in calls.messages.values()} >= {"webhook", "slack"}
     assert verify_calls(calls) == []
     await runner.close()
+
+
+class Cached(BasePlugin):
+    """Answers every other model call itself, before the plugins after it run."""
+
+    def __init__(self) -> None:
+        super().__init__("cached")
+        self.calls = 0
+
+    async def before_model_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest
+    ) -> LlmResponse | None:
+        self.calls += 1
+        if self.calls % 2:
+            return None
+        return LlmResponse(content=types.Content(role="model", parts=[types.Part(text="cached")]))
+
+
+async def test_calls_another_plugin_answers_are_neither_requests_nor_answers() -> None:
+    model = Scripted()
+    async with open_journal("memory://") as journal:
+        service = InMemorySessionService()
+        await service.create_session(app_name=APP, user_id="ada", session_id="s")
+        runner = _runner(service, model, Cached(), ContextPlugin(journal))
+        await _turns(runner, "s", 4)
+        calls = await read_calls(journal, session_stream(APP, "ada", "s"))
+        await runner.close()
+    assert len(calls.requests) == len(model.seen) == 4
+    assert len(calls.answers) == 4
+    texts = {calls.messages[a.message][1].readable.text for a in calls.answers.values()}
+    assert "cached" not in texts
+    assert verify_calls(calls) == []
 
 
 def test_untrusted_content_and_options_are_checked() -> None:

@@ -23,7 +23,8 @@ a ``JournalSessionService`` keeps the session in, beside the session's own event
 service reads only those); with another session service, on the same name in the plugin's
 journal. The session's events are not changed: what a call left out is there for the
 next. Plugins run before an agent's own ``before_model_callback``: what those change after
-the plugin is not in the record.
+the plugin is not in the record, and a request such a callback answers in the model's place
+is recorded without an answer.
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class _Pending:
 
     stream: str
     position: int
+    call: object
+    """The model call's ``callback_context.actions``: ADK hands both callbacks of one call
+    the same object, so a response is recorded only as the answer of its own call."""
 
 
 class ContextPlugin(BasePlugin):
@@ -150,7 +154,7 @@ class ContextPlugin(BasePlugin):
         if position is None:
             self._pending.pop(key, None)
         else:
-            self._pending[key] = _Pending(stream, position)
+            self._pending[key] = _Pending(stream, position, callback_context.actions)
         return None
 
     async def after_model_callback(
@@ -158,7 +162,9 @@ class ContextPlugin(BasePlugin):
     ) -> LlmResponse | None:
         key = (callback_context.invocation_id, callback_context.agent_name)
         pending = self._pending.get(key)
-        if llm_response.partial or llm_response.content is None or pending is None:
+        if pending is None or pending.call is not callback_context.actions:
+            return None  # a response to no request this plugin recorded
+        if llm_response.partial or llm_response.content is None:
             return None
         if self.journal is not None:
             finish = llm_response.finish_reason
