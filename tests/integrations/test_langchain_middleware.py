@@ -5,6 +5,7 @@ call and answer is recorded and verifies; external content never goes out as sys
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -159,3 +160,32 @@ def test_a_trimmed_view_opens_on_a_user_message_where_the_provider_needs_it(
     firsts = [type(messages[1]) for messages in model.seen]
     assert all(split_pairs(messages[1:]) == 0 for messages in model.seen)
     assert (set(firsts) == {HumanMessage}) == opens_on_user
+
+
+def _rebases(requests: list[list[BaseMessage]]) -> int:
+    """Requests that do not start with the whole previous request (a prompt-cache miss)."""
+    return sum(
+        [m.id for m in later[: len(earlier)]] != [m.id for m in earlier]
+        for earlier, later in itertools.pairwise(requests)
+    )
+
+
+def test_a_budgeted_session_keeps_its_prefix_between_trims() -> None:
+    rebases: dict[float | None, int] = {}
+    for trim_to in (None, 0.6):
+        model = Scripted(steps=4)
+        with cf.open_journal_sync("memory://") as journal:
+            middleware = ContextMiddleware(
+                budget=2_500, trim_to=trim_to, journal=journal, stream="chat"
+            )
+            agent: Any = create_agent(
+                model, tools=[read_file], system_prompt="You read files.", middleware=[middleware]
+            )
+            state: dict[str, Any] = {"messages": []}
+            for n in range(8):
+                state = agent.invoke({"messages": [*state["messages"], ("user", f"part {n}")]})
+            calls = journal.run(read_calls, "chat")
+        assert verify_calls(calls) == []
+        assert all(split_pairs(messages[1:]) == 0 for messages in model.seen)
+        rebases[trim_to] = _rebases(model.seen)
+    assert rebases[0.6] * 3 < rebases[None]

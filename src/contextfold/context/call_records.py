@@ -304,6 +304,8 @@ def _view_messages(calls: Calls, view: CallView) -> list[str] | str:
         lowest=lowest,
         base=view.base,
         starts=view.starts,
+        anchor=view.anchor,
+        trim_to=view.trim_to,
     )
     if start != view.start:
         return f"its view starts at history message {view.start}, the budget gives {start}"

@@ -130,6 +130,11 @@ class CallView(_Frozen):
     sent too, first."""
     starts: Starts = "any"
     """Where the budget may start the view (:data:`Starts`)."""
+    anchor: int | None = None
+    """The start of the previous request of this history, kept while it fits the budget
+    (:func:`view_start`)."""
+    trim_to: float | None = Field(default=None, gt=0, le=1)
+    """The share of the budget a window is trimmed to when it no longer fits."""
 
 
 class CallRequested(Event, type="contextfold.calls/request", runtime_only=True):
@@ -223,26 +228,43 @@ def view_start(
     lowest: int = 0,
     base: float = 0.0,
     starts: Starts = "any",
+    anchor: int | None = None,
+    trim_to: float | None = None,
 ) -> int:
     """The first of ``messages`` a request sends: the oldest pair-safe start from
     ``lowest`` on whose window fits ``budget``, counting ``base`` (a summary, the system
     prompt) and the system messages before the start (they are always sent). The first
     ``keep`` starts, newest first, are taken whatever they cost; when even the newest
     does not fit (``keep == 0``), none (the length of ``messages``); with no budget, or no
-    pair-safe start at all, ``lowest``. ``starts`` "user" starts only at user messages."""
+    pair-safe start at all, ``lowest``. ``starts`` "user" starts only at user messages.
+
+    ``anchor`` (the start an earlier request of this history sent from) is kept while it is
+    a start holding the newest ``keep`` units whose window fits ``budget``: the prompt-cache
+    prefix holds. Otherwise, with ``trim_to``, the window is trimmed to ``trim_to`` of the
+    budget, leaving room to grow before the next trim."""
     if budget is None or len(messages) <= lowest:
         return lowest
+    target = budget if trim_to is None else budget * trim_to
     fixed = base + sum(t for t, m in zip(tokens, messages, strict=True) if m.role == "system")
     suffix = 0.0
     walked = len(messages)
     chosen: int | None = None
+    trimmed = False
     for rank, start in enumerate(_starts(messages, lowest, starts)):
         for index in range(walked - 1, start - 1, -1):
             suffix += tokens[index] if messages[index].role != "system" else 0.0
         walked = start
-        if rank >= keep and fixed + suffix > budget:
-            return len(messages) if chosen is None else chosen
-        chosen = start
+        if start == anchor and rank >= keep - 1 and fixed + suffix <= budget:
+            return start
+        if not trimmed:
+            if rank >= keep and fixed + suffix > target:
+                trimmed = True
+            else:
+                chosen = start
+        if trimmed and (anchor is None or start <= anchor):
+            break
+    if trimmed:
+        return len(messages) if chosen is None else chosen
     return lowest if chosen is None else chosen
 
 

@@ -76,7 +76,10 @@ class Prepared:
 class CallEngine:
     """Chooses and records each call's messages (see the module). ``count`` is a message's
     tokens; ``summary_message`` makes the framework's user message for a summary text;
-    ``starts`` "user" starts a trimmed view only at a user message."""
+    ``starts`` "user" starts a trimmed view only at a user message; with ``trim_to`` (a
+    share of the budget) a view keeps the start of the ``previous`` call of its history
+    while that fits the budget, and is trimmed to ``trim_to`` of the budget when it no
+    longer does, so a budgeted conversation keeps its prompt-cache prefix between trims."""
 
     def __init__(
         self,
@@ -90,8 +93,13 @@ class CallEngine:
         keep_tokens: float = 0.0,
         summarize: Summarizer | None = None,
         starts: Starts = "any",
+        trim_to: float | None = None,
     ) -> None:
         check_engine_options(budget, keep, compact_at, keep_tokens)
+        if trim_to is not None and (isinstance(trim_to, bool) or not 0 < trim_to <= 1):
+            raise InvalidInputError(
+                f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}"
+            )
         if compact_at is not None and (summarize is None or recorder is None):
             raise InvalidInputError(
                 "compaction (compact_at=) needs a summarizer and a journal to record it on"
@@ -105,6 +113,7 @@ class CallEngine:
         self.keep_tokens = keep_tokens
         self.summarize = summarize
         self.starts = starts
+        self.trim_to = trim_to
 
     async def _applying(self, digests: Sequence[str]) -> Compaction | None:
         if self.recorder is None:
@@ -120,10 +129,13 @@ class CallEngine:
         *,
         base: float = 0.0,
         tokens: Sequence[float] | None = None,
+        previous: Prepared | None = None,
     ) -> Prepared:
         """The messages of one call out of ``history`` (``base``: the tokens of what every
         request holds besides them, such as the system prompt and tools; ``tokens``: each
-        history message's, when the integration counted them already, else ``count``'s)."""
+        history message's, when the integration counted them already, else ``count``'s;
+        ``previous``: the last call prepared for this history, whose start a view with
+        ``trim_to`` keeps while it fits)."""
         digests = [digest_of(m) for m in history]
         readable = [m.readable for m in history]
         if tokens is None:
@@ -152,6 +164,9 @@ class CallEngine:
                 done = await self.recorder.compacted(text, history[:cut], usage=usage)
                 lowest, summary = cut, self.summary_message(text)
         extra = base + (self.count(summary) if summary is not None else 0.0)
+        anchor = None
+        if self.trim_to is not None and previous is not None:
+            anchor = _anchor(previous.view, digests, None if done is None else done.position)
         start = view_start(
             readable,
             tokens,
@@ -160,6 +175,8 @@ class CallEngine:
             lowest=lowest,
             base=extra,
             starts=self.starts,
+            anchor=anchor,
+            trim_to=self.trim_to,
         )
         pinned = [i for i in range(start) if readable[i].role == "system"]
         order: list[int | None] = [
@@ -178,6 +195,8 @@ class CallEngine:
             base=extra,
             start=start,
             starts=self.starts,
+            anchor=anchor,
+            trim_to=self.trim_to,
         )
         sent = [history[i] if i is not None else summary for i in order]
         messages = tuple(m for m in sent if m is not None)
@@ -196,3 +215,13 @@ class CallEngine:
             view=prepared.view,
             history=prepared.history,
         )
+
+
+def _anchor(previous: CallView, digests: Sequence[str], compaction: int | None) -> int | None:
+    """The start of ``previous`` when this history extends its history behind the same
+    compaction (else None: the previous start means nothing here)."""
+    if previous.compaction != compaction or len(digests) < len(previous.history):
+        return None
+    if tuple(digests[: len(previous.history)]) != previous.history:
+        return None
+    return previous.start

@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -167,6 +169,37 @@ def _now(work: Coroutine[Any, Any, T]) -> T:
     raise RuntimeError("the context engine suspended without a journal")
 
 
+def _thread_id() -> str | None:
+    """The ``thread_id`` of the run's config, if any."""
+    try:
+        thread = (get_config().get("configurable") or {}).get("thread_id")
+    except RuntimeError:  # outside a run
+        return None
+    return None if thread is None else str(thread)
+
+
+class _Previous:
+    """The last call prepared on each of the most recent streams (threads, without a
+    journal): what a budgeted view keeps its start from (``trim_to``). The engine uses one
+    only for a history that extends its history."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._calls: OrderedDict[str, Prepared] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Prepared | None:
+        with self._lock:
+            return self._calls.get(key)
+
+    def put(self, key: str, prepared: Prepared) -> None:
+        with self._lock:
+            self._calls[key] = prepared
+            self._calls.move_to_end(key)
+            if len(self._calls) > self._size:
+                self._calls.popitem(last=False)
+
+
 def _answer(result: Any) -> AIMessage | None:
     if isinstance(result, ExtendedModelResponse):
         result = result.model_response
@@ -198,8 +231,11 @@ class ContextMiddleware(AgentMiddleware):
     agent's model); compaction needs ``journal``. ``starts`` "user" lets a trimmed view start
     only at a user message, "any" at any message no tool pair crosses; by default "user" for
     the chat models whose providers refuse a conversation opening on the model's turn
-    (Anthropic, Gemini, Vertex, Bedrock), else "any". :attr:`last_view` is the view the
-    latest call sent. Raises InvalidInputError for bad options.
+    (Anthropic, Gemini, Vertex, Bedrock), else "any". A trimmed view keeps its start while it
+    fits the budget, so the prompt-cache prefix holds between trims, and when it no longer
+    fits is trimmed to ``trim_to`` of the budget (None: to the budget, moving its start at
+    nearly every call). :attr:`last_view` is the view the latest call sent. Raises
+    InvalidInputError for bad options.
     """
 
     def __init__(
@@ -215,6 +251,7 @@ class ContextMiddleware(AgentMiddleware):
         stream: str | None = None,
         stream_prefix: str = "langgraph/",
         starts: Starts | None = None,
+        trim_to: float | None = 0.75,
     ) -> None:
         super().__init__()
         self._trigger = _checked_size(trigger, "trigger")
@@ -239,6 +276,16 @@ class ContextMiddleware(AgentMiddleware):
         if starts not in (None, "any", "user"):
             raise InvalidInputError(f"starts must be 'any', 'user' or None, got {starts!r}")
         self._starts = starts
+        if trim_to is not None and (
+            isinstance(trim_to, bool)
+            or not isinstance(trim_to, (int, float))
+            or not 0 < trim_to <= 1
+        ):
+            raise InvalidInputError(
+                f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}"
+            )
+        self._trim_to = trim_to
+        self._previous = _Previous()
         self._bridge = (
             JournalBridge(journal, what="ContextMiddleware") if journal is not None else None
         )
@@ -271,11 +318,7 @@ class ContextMiddleware(AgentMiddleware):
     def _run_stream(self) -> str:
         if self._stream is not None:
             return self._stream
-        try:
-            configurable = get_config().get("configurable") or {}
-        except RuntimeError:
-            configurable = {}
-        thread = configurable.get("thread_id")
+        thread = _thread_id()
         if thread is None:
             raise InvalidInputError(
                 "ContextMiddleware records on stream=, or on the run's thread: invoke the "
@@ -311,6 +354,7 @@ class ContextMiddleware(AgentMiddleware):
             keep_tokens=keep or 0.0,
             summarize=summarize if compact_at is not None else None,
             starts=self._starts or _starts_for(request.model),
+            trim_to=self._trim_to,
         )
 
     def _count_message(self, message: Message) -> float:
@@ -321,12 +365,15 @@ class ContextMiddleware(AgentMiddleware):
         return convert(summary_human(summary), self._count).message
 
     async def _prepare(self, engine: CallEngine, call: _Call) -> tuple[Prepared, int | None]:
+        key = engine.recorder.stream if engine.recorder is not None else _thread_id() or ""
         prepared = await engine.prepare(
             [c.message for c in call.history],
             base=call.base,
             tokens=[c.tokens for c in call.history],
+            previous=self._previous.get(key),
         )
         position = await engine.record(prepared, model=call.model, options=call.options)
+        self._previous.put(key, prepared)
         return prepared, position
 
     def _sent(
@@ -341,8 +388,7 @@ class ContextMiddleware(AgentMiddleware):
             (summary,) = messages_from_dict([prepared.summary.json])
         return request.override(messages=prepared.pick([c.sent for c in call.history], summary))
 
-    @staticmethod
-    async def _record_answer(engine: CallEngine, position: int, result: Any) -> None:
+    async def _record_answer(self, engine: CallEngine, position: int, result: Any) -> None:
         answer = _answer(result)
         if engine.recorder is None or answer is None:
             return
@@ -350,7 +396,7 @@ class ContextMiddleware(AgentMiddleware):
         finish = meta.get("finish_reason") or meta.get("stop_reason")
         await engine.recorder.answer(
             position,
-            convert(answer, None).message,
+            self._conversions([answer])[0].message,  # the next call finds it converted
             model=meta.get("model_name") if isinstance(meta.get("model_name"), str) else None,
             usage=usage_of(answer),
             finish_reason=finish if isinstance(finish, str) else None,
