@@ -5,15 +5,19 @@ the next compaction, keeps the originals in the journal, and verifies byte for b
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent, Runner
+from typer.testing import CliRunner
 
 import contextfold as cf
 from contextfold import telemetry as tm
+from contextfold.cli import app
 from contextfold.context.rebuild import rebuild_state
 from contextfold.errors import InvalidInputError
 from contextfold.integrations.openai_agents import JournalModel, JournalSession
@@ -147,3 +151,18 @@ def test_bad_options_are_refused(options: dict[str, Any], match: str) -> None:
     client = cf.FunctionModel(lambda request: "", transport="openai-chat", model="m")
     with pytest.raises(InvalidInputError, match=match):
         JournalModel(client, cf.open_journal("memory://"), "s", **options)
+
+
+def test_the_cli_verifies_a_compacted_conversation(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'agents.db'}"
+
+    async def run() -> None:
+        async with cf.open_journal(url) as journal:
+            await converse(journal, "verified", 8, budget=3_500, compact_at=3_000)
+            assert await compactions(journal, "verified")
+
+    asyncio.run(run())
+    shown = CliRunner().invoke(app, ["verify", "verified", "--url", url, "--json"])
+    assert shown.exit_code == 0, shown.stdout
+    report = json.loads(shown.stdout)
+    assert report["ok"] is True and report["requests"] == 24 and report["drift_count"] == 0
