@@ -534,16 +534,59 @@ async def test_encrypted_compaction_drops_an_expired_prefix_from_the_session(
     assert (marker.replaces_from, marker.replaced) == (None, 4)
 
 
-async def test_an_expired_prefix_before_a_live_item_stays(journal: cf.Journal) -> None:
-    session = JournalSession(journal, "kept")
-    await session.add_items([user("expired"), user("live"), user("turn")])
+async def test_an_expired_prefix_leaves_and_the_items_after_it_are_copied(
+    journal: cf.Journal,
+) -> None:
+    session = JournalSession(journal, "pruned")
+    await session.add_items([user("expired"), user("expired"), user("live"), user("turn")])
     snapshot = await session._get_compaction_snapshot(1, prune_prefix=expired_items)
     assert snapshot.items == [user("turn")] and not snapshot.complete
     assert await snapshot.replace_suffix(0, COMPACTED) is True
-    assert await session.get_items() == [user("expired"), user("live"), *COMPACTED]
+    assert await session.get_items() == [user("live"), *COMPACTED]
+    events = [event async for event in journal.read_all(session.stream)]
+    marker = decoded(events[4], SessionCompacted)
+    assert (marker.replaces_from, marker.replaced, marker.items) == (None, 4, 2)
+    assert decoded(events[5], ItemAdded).item == user("live")  # copied: it stays
     fresh = await session._get_compaction_snapshot(1, prune_prefix=expired_items)
     await session.add_items([user("expired again")])
     assert await fresh.replace_suffix(0, COMPACTED) is False  # the session moved
+
+
+async def test_a_pruned_prefix_never_splits_a_unit(journal: cf.Journal) -> None:
+    session = JournalSession(journal, "units")
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c", "output": "live"}
+    history = cast(list[TResponseInputItem], [user("expired"), call, output, user("turn")])
+    await session.add_items(history)
+
+    def expired(item: TResponseInputItem) -> bool:
+        return item.get("content") == "expired" or item.get("type") == "function_call"
+
+    snapshot = await session._get_compaction_snapshot(1, prune_prefix=expired)
+    assert await snapshot.replace_suffix(0, COMPACTED) is True
+    # The call has expired but its output has not: the call stays with it.
+    assert await session.get_items() == [*history[1:3], *COMPACTED]
+
+
+async def test_a_subclass_with_storage_of_its_own_is_compacted_through_it(
+    journal: cf.Journal,
+) -> None:
+    class Tagged(JournalSession):
+        async def add_items(self, items: list[TResponseInputItem]) -> None:
+            await super().add_items([cast(TResponseInputItem, {**i, "tag": 1}) for i in items])
+
+    underlying = Tagged(journal, "tagged")
+    await underlying.add_items([user("a")])
+    assert await underlying._get_compaction_snapshot(5) is None
+    assert await underlying._atomic_replace_items(cast(Any, COMPACTED)) is False
+    session = OpenAIResponsesCompactionSession(
+        session_id="tagged",
+        underlying_session=underlying,
+        client=cast(Any, CompactingClient(COMPACTED)),
+        compaction_mode="input",
+    )
+    await session.run_compaction({"force": True})
+    assert await underlying.get_items() == [{**COMPACTED[0], "tag": 1}]  # its add_items ran
 
 
 def expired_items(item: TResponseInputItem) -> bool:

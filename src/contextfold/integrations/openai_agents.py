@@ -414,16 +414,36 @@ class JournalSession:
 
     # -- the SDK's compaction (OpenAIResponsesCompactionSession) ------------------------------
 
+    def _own_storage(self) -> bool:
+        """Whether items are read and written as JournalSession does. A subclass overriding
+        ``get_items``, ``view``, ``add_items`` or ``clear_session`` (to transform items, keep
+        an index) gets no atomic replacement and no snapshot, which would bypass it: the SDK
+        then compacts through its ``clear_session`` and ``add_items``, as it does for a
+        subclass of its own sessions."""
+        cls = type(self)
+        return all(
+            getattr(cls, name) is getattr(JournalSession, name)
+            for name in ("get_items", "view", "add_items", "clear_session")
+        )
+
     def _compaction(
-        self, replaces_from: int | None, replaced: int, items: Sequence[TResponseInputItem]
+        self,
+        replaces_from: int | None,
+        replaced: int,
+        items: Sequence[TResponseInputItem],
+        kept: Sequence[StoredItem] = (),
     ) -> list[Event]:
-        added = self._events(list(items))
+        copies = [ItemAdded(item=stored.decode(), actor=stored.actor) for stored in kept]
+        added = [*copies, *self._events(list(items))]
         marker = SessionCompacted(replaces_from=replaces_from, replaced=replaced, items=len(added))
         return [marker, *added]
 
     async def _atomic_replace_items(self, items: list[TResponseInputItem]) -> bool:
         """The compaction session's whole-history replacement, as one append: a
-        ``session-compacted`` record, then the compacted items."""
+        ``session-compacted`` record, then the compacted items. False (the SDK then clears
+        and adds) for a subclass with storage of its own."""
+        if not self._own_storage():
+            return False
 
         async def replace() -> bool:
             state = await self._state()
@@ -439,14 +459,16 @@ class JournalSession:
         """The compaction session's bounded snapshot: the newest ``limit`` items exactly, and
         a replacement of a suffix of them that is appended at the version read, so it
         applies only to the history it saw (else it reports False and changes nothing).
-        None (the SDK then checks the complete history) when this SDK has no snapshots.
+        None (the SDK then checks the complete history) when this SDK has no snapshots or
+        for a subclass with storage of its own.
 
-        ``prune_prefix`` (the SDK's EncryptedSession passes its expiry test) names items
-        older than the suffix that may leave the session with it: when every item before
-        the suffix is one, the compaction replaces the whole history. An expired item
-        before a live one stays (items leave an append-only session from the end or all
-        at once); the journal keeps every record either way."""
-        if _Snapshot is None:
+        ``prune_prefix`` (the SDK's EncryptedSession passes its expiry test) names the
+        oldest items that leave the session with the compaction, as the SDK's SQLite
+        sessions delete them: the run of them from the oldest on, cut back to whole units.
+        The items between them and the suffix stay, copied after the compaction record
+        (items leave a session from its end or all at once); the journal keeps every
+        record."""
+        if _Snapshot is None or not self._own_storage():
             return None
         if prune_prefix is not None and not callable(prune_prefix):
             raise InvalidInputError(f"prune_prefix must be a function, got {prune_prefix!r:.80}")
@@ -455,19 +477,30 @@ class JournalSession:
         start = 0 if count is None else max(0, state.length - count)
         window = [state.items[index] for index in range(start, state.length)]
 
-        def prunable(end: int) -> bool:
-            if prune_prefix is None or end == 0:
-                return False
-            return all(
-                prune_prefix(cast(TResponseInputItem, state.items[index].decode()))
-                for index in range(end)
-            )
+        def pruned(end: int) -> int:
+            """How many of the oldest items before index ``end`` leave."""
+            cut = 0
+            while (
+                prune_prefix is not None
+                and cut < end
+                and prune_prefix(cast(TResponseInputItem, state.items[cut].decode()))
+            ):
+                cut += 1
+            while cut < end:  # whole units: no item kept travels with one that leaves
+                low = min(state.items[index].link for index in range(cut, end))
+                if low >= cut:
+                    break
+                cut = low
+            return cut
 
         async def replace_suffix(first: int, output: list[TResponseInputItem]) -> bool:
             if not 0 <= first < len(window):
                 return False
-            if prunable(start + first):
-                events = self._compaction(None, state.length, output)
+            end = start + first
+            leaving = pruned(end)
+            if leaving:  # the whole history, the items between the two copied
+                kept = [state.items[index] for index in range(leaving, end)]
+                events = self._compaction(None, state.length, output, kept)
             else:
                 events = self._compaction(window[first].position, len(window) - first, output)
 
