@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -176,8 +177,11 @@ async def test_a_budget_trims_pair_safe_over_many_tool_turns(journal: Journal) -
         assert isinstance(lead, ModelRequest) and isinstance(lead.parts[-1], UserPromptPart)
     calls = await read_calls(journal, "chat")
     _rebuilds(calls)
-    views = [sent.view for sent in calls.requests.values() if sent.view is not None]
+    views = [sent.view for _, sent in sorted(calls.requests.items()) if sent.view is not None]
     assert any(view.start > 1 for view in views)  # trimmed, behind the pinned system prompt
+    # A trimmed view keeps its start while it fits: the prompt-cache prefix holds.
+    moves = sum(1 for a, b in pairwise(views) if a.start != b.start)
+    assert 0 < moves < len(views) // 3
     for request in calls.requests.values():
         readable = [calls.messages[d][1].readable for d in request.messages]
         assert split_pairs(readable) == 0
@@ -340,3 +344,5 @@ def test_options_are_checked() -> None:
         ContextModel(TestModel(), compact_at=100)
     with pytest.raises(InvalidInputError, match="budget"):
         ContextModel(TestModel(), budget=0)
+    with pytest.raises(InvalidInputError, match="trim_to"):
+        ContextModel(TestModel(), budget=10, trim_to=1.5)

@@ -29,6 +29,7 @@ is recorded without an answer.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from google.adk.agents.callback_context import CallbackContext
@@ -60,11 +61,12 @@ from ._adk_calls import (
     usage_of,
 )
 from ._adk_records import session_stream
-from ._call_engine import CallEngine, Summarizer, check_engine_options
+from ._call_engine import CallEngine, Prepared, Summarizer, check_engine_options
 
 __all__ = ["ContextPlugin"]
 
 FRAMEWORK = "adk"
+_SESSIONS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +86,13 @@ class ContextPlugin(BasePlugin):
     ``budget`` and ``compact_at`` are in tokens as ``count_tokens`` counts one content
     (default ⌈JSON length / 4⌉); the request's config (system instruction, tools) counts as
     ⌈its JSON / 4⌉. ``keep_newest`` units are kept whatever they cost; ``keep_tokens`` of
-    the newest contents stay behind a new summary. ``summarize(prompt)`` returns a summary
-    and its usage (None: the agent's model writes it). Without ``journal`` nothing is
-    recorded and nothing compacted. Raises InvalidInputError for bad options; a request
-    whose record cannot be written raises the journal's error unsent.
+    the newest contents stay behind a new summary. A trimmed view keeps its start while it
+    fits the budget, so the prompt-cache prefix holds between trims, and is trimmed to
+    ``trim_to`` of the budget when it no longer does (None: to the budget).
+    ``summarize(prompt)`` returns a summary and its usage (None: the agent's model writes
+    it). Without ``journal`` nothing is recorded and nothing compacted. Raises
+    InvalidInputError for bad options; a request whose record cannot be written raises the
+    journal's error unsent.
     """
 
     def __init__(
@@ -100,10 +105,11 @@ class ContextPlugin(BasePlugin):
         compact_at: float | None = None,
         keep_tokens: float = 0.0,
         summarize: Summarizer | None = None,
+        trim_to: float | None = 0.75,
         name: str = "contextfold",
     ) -> None:
         super().__init__(name)
-        check_engine_options(budget, keep_newest, compact_at, keep_tokens)
+        check_engine_options(budget, keep_newest, compact_at, keep_tokens, trim_to)
         if journal is not None and not isinstance(journal, Journal):
             raise InvalidInputError(
                 f"ContextPlugin takes a cf.Journal (cf.open_journal), got {type(journal).__name__}"
@@ -117,11 +123,15 @@ class ContextPlugin(BasePlugin):
         self.keep_newest = keep_newest
         self.compact_at = compact_at
         self.keep_tokens = keep_tokens
+        self.trim_to = trim_to
         self._count = approx_count if count_tokens is None else check_count(count_tokens)
         self._summarize = summarize
         # Per model call on its way (invocation, agent): a request waiting for its response.
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._previous: History | None = None
+        # The last call prepared on each of the most recent sessions: a budgeted view keeps
+        # its start (trim_to); the engine uses one only for a history extending its own.
+        self._last: OrderedDict[str, Prepared] = OrderedDict()
         self.last_view: CallView | None = None
         """The view the latest call sent."""
 
@@ -142,13 +152,20 @@ class ContextPlugin(BasePlugin):
         options = options_of(llm_request)
         engine = self._engine(stream, callback_context, llm_request)
         prepared = await engine.prepare(
-            history.messages, base=approx_json_tokens(options), tokens=history.tokens
+            history.messages,
+            base=approx_json_tokens(options),
+            tokens=history.tokens,
+            previous=self._last.get(stream),
         )
         position = await engine.record(prepared, model=llm_request.model or "", options=options)
         summary = None
         if prepared.summary is not None:
             summary = types.Content.model_validate(prepared.summary.json)
         llm_request.contents = prepared.pick(history.contents, summary)
+        self._last[stream] = prepared
+        self._last.move_to_end(stream)
+        while len(self._last) > _SESSIONS:
+            self._last.popitem(last=False)
         self.last_view = prepared.view
         key = (callback_context.invocation_id, callback_context.agent_name)
         if position is None:
@@ -209,6 +226,7 @@ class ContextPlugin(BasePlugin):
             keep_tokens=self.keep_tokens,
             summarize=None if self.compact_at is None else self._summarize or by_the_agents_model,
             starts="user",  # Gemini refuses a first turn of function calls
+            trim_to=self.trim_to,
         )
 
 

@@ -45,7 +45,11 @@ the summary's text and the summarizer call's usage, if known."""
 
 
 def check_engine_options(
-    budget: float | None, keep: int, compact_at: float | None, keep_tokens: float
+    budget: float | None,
+    keep: int,
+    compact_at: float | None,
+    keep_tokens: float,
+    trim_to: float | None = None,
 ) -> None:
     """Raises InvalidInputError naming the first option out of range."""
     for name, value in (("budget", budget), ("compact_at", compact_at)):
@@ -55,6 +59,10 @@ def check_engine_options(
         raise InvalidInputError(f"keep_newest must be an int >= 0, got {keep!r}")
     if isinstance(keep_tokens, bool) or not keep_tokens >= 0:
         raise InvalidInputError(f"keep_tokens must be a number of tokens >= 0, got {keep_tokens!r}")
+    if trim_to is not None and (
+        isinstance(trim_to, bool) or not isinstance(trim_to, (int, float)) or not 0 < trim_to <= 1
+    ):
+        raise InvalidInputError(f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,11 +103,7 @@ class CallEngine:
         starts: Starts = "any",
         trim_to: float | None = None,
     ) -> None:
-        check_engine_options(budget, keep, compact_at, keep_tokens)
-        if trim_to is not None and (isinstance(trim_to, bool) or not 0 < trim_to <= 1):
-            raise InvalidInputError(
-                f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}"
-            )
+        check_engine_options(budget, keep, compact_at, keep_tokens, trim_to)
         if compact_at is not None and (summarize is None or recorder is None):
             raise InvalidInputError(
                 "compaction (compact_at=) needs a summarizer and a journal to record it on"

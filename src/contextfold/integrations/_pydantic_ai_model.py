@@ -93,7 +93,10 @@ class ContextModel(WrapperModel):
     without them the model only trims. ``budget`` and ``compact_at`` are in tokens as
     ``count_tokens`` counts one message (default ⌈JSON length / 4⌉); the request's tools,
     settings and instructions count as ⌈their JSON / 4⌉. ``keep_newest`` units are kept
-    whatever they cost; ``keep_tokens`` of the newest history stay behind a new summary.
+    whatever they cost; ``keep_tokens`` of the newest history stay behind a new summary. A
+    trimmed view keeps its start while it fits the budget, so the prompt-cache prefix holds
+    between trims, and is trimmed to ``trim_to`` of the budget when it no longer does
+    (None: to the budget, moving its start at nearly every call).
     Raises InvalidInputError for bad options; a call whose record cannot be written raises
     the journal's error unsent.
     """
@@ -110,11 +113,12 @@ class ContextModel(WrapperModel):
         compact_at: float | None = None,
         keep_tokens: float = 0.0,
         summarizer: Model | KnownModelName | str | None = None,
+        trim_to: float | None = 0.75,
     ) -> None:
         super().__init__(wrapped)
         if (journal is None) != (stream is None):
             raise InvalidInputError("ContextModel takes journal= and stream= together")
-        check_engine_options(budget, keep_newest, compact_at, keep_tokens)
+        check_engine_options(budget, keep_newest, compact_at, keep_tokens, trim_to)
         if compact_at is not None and journal is None:
             raise InvalidInputError(
                 "ContextModel: compaction (compact_at=) needs journal= and stream= to record it on"
@@ -127,11 +131,13 @@ class ContextModel(WrapperModel):
             counter = checked_counter_of(count_tokens)
             self._count = lambda message, _: counter(message)
         self._previous: History | None = None
+        self._last: Prepared | None = None
         self._summarizer = infer_model(summarizer) if summarizer is not None else None
         self.budget = budget
         self.keep_newest = keep_newest
         self.compact_at = compact_at
         self.keep_tokens = keep_tokens
+        self.trim_to = trim_to
         self.last_view: CallView | None = None
         """The view the latest call sent."""
 
@@ -191,6 +197,7 @@ class ContextModel(WrapperModel):
             keep_tokens=self.keep_tokens,
             summarize=summarize if self.compact_at is not None else None,
             starts="user",  # a trimmed view opens on a user prompt, as providers require
+            trim_to=self.trim_to,
         )
 
     async def _summarize(self, prompt: str) -> tuple[str, Usage | None]:
@@ -211,11 +218,14 @@ class ContextModel(WrapperModel):
         engine = self._engine(asyncio.get_running_loop())
 
         async def work() -> tuple[Prepared, int | None]:
-            prepared = await engine.prepare(history.messages, base=base, tokens=history.tokens)
+            prepared = await engine.prepare(
+                history.messages, base=base, tokens=history.tokens, previous=self._last
+            )
             position = await engine.record(prepared, model=self.model_id, options=options)
             return prepared, position
 
         prepared, position = await (self._bridge.arun(work) if self._bridge else work())
+        self._last = prepared
         self.last_view = prepared.view
         return _Call(_sent(prepared, history), position, prepared.view)
 
