@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agents import Agent, Runner
+from agents import Agent, ModelSettings, Runner
 from typer.testing import CliRunner
 
 import contextfold as cf
@@ -166,3 +166,22 @@ def test_the_cli_verifies_a_compacted_conversation(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.stdout
     report = json.loads(shown.stdout)
     assert report["ok"] is True and report["requests"] == 24 and report["drift_count"] == 0
+
+
+def test_run_sync_compacts_on_a_sync_journal(tmp_path: Path) -> None:
+    """Runner.run_sync over a SyncJournal: the journal's work runs on its own loop, the
+    summarizer (the model) on the Runner's."""
+    worker = Worker()
+    client = cf.FunctionModel(worker, transport="anthropic", model="claude-test")
+    with cf.open_journal_sync(f"sqlite:///{tmp_path / 'sync.db'}") as journal:
+        model = JournalModel(client, journal, "sync", compact_at=3_000)
+        agent = Agent(
+            name="worker",
+            model=model,
+            tools=[read_file],
+            model_settings=ModelSettings(max_tokens=256),
+        )
+        for n in range(8):
+            assert str(Runner.run_sync(agent, f"task {n}").final_output).startswith("done")
+        assert worker.summaries
+        assert journal.run(cf.verify_requests, "sync") == ()
