@@ -133,6 +133,7 @@ def test_a_dangling_tool_call_is_not_sent() -> None:
         ({"trigger": ("fraction", 1.5)}, "fraction"),
         ({"keep": ("tokens", 10)}, "trigger"),
         ({"count_tokens": 3}, "count_tokens"),
+        ({"trim_to": 1.5}, "trim_to"),
     ],
 )
 def test_bad_options_are_refused_naming_them(options: dict[str, Any], named: str) -> None:

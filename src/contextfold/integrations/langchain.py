@@ -256,7 +256,7 @@ class ContextMiddleware(AgentMiddleware):
         super().__init__()
         self._trigger = _checked_size(trigger, "trigger")
         self._keep = _checked_size(keep, "keep")
-        check_engine_options(budget, keep_newest, None, 0.0)
+        check_engine_options(budget, keep_newest, None, 0.0, trim_to)
         self._count = None if count_tokens is None else _checked_counter(count_tokens)
         self._conversions = Conversions(self._count)
         if self._trigger is None and (self._keep is not None or summarizer is not None):
@@ -276,14 +276,6 @@ class ContextMiddleware(AgentMiddleware):
         if starts not in (None, "any", "user"):
             raise InvalidInputError(f"starts must be 'any', 'user' or None, got {starts!r}")
         self._starts = starts
-        if trim_to is not None and (
-            isinstance(trim_to, bool)
-            or not isinstance(trim_to, (int, float))
-            or not 0 < trim_to <= 1
-        ):
-            raise InvalidInputError(
-                f"trim_to must be a share of the budget in (0, 1], got {trim_to!r}"
-            )
         self._trim_to = trim_to
         self._previous = _Previous()
         self._bridge = (
