@@ -258,11 +258,11 @@ def main(turns: int, calls: int, trigger: int, keep: int) -> int:
     print(f"RATIO langchain_pairs_split {split['contextfold']} target == 0")
     share = {name: cache_share(side["requests"]) for name, side in sides}
     print(
-        f"  prompt-cache share: contextfold {share['contextfold']:.3f}, "
-        f"LangChain {share['LangChain']:.3f}"
+        f"  prompt-cache share: contextfold {share['contextfold']:.4f}, "
+        f"LangChain {share['LangChain']:.4f}"
     )
     vs = share["contextfold"] / share["LangChain"] if share["LangChain"] else float("inf")
-    print(f"RATIO langchain_cache_share_vs_summarization {vs:.3f} target >= 1.0")
+    print(f"RATIO langchain_cache_share_vs_summarization {vs:.4f} target >= 1.0")
     print(
         f"  originals recoverable after compaction: contextfold {ours['recoverable']:.3f} of "
         f"{ours['originals']} (the journal), LangChain {theirs['recoverable']:.3f} of "

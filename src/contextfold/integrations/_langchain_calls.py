@@ -271,7 +271,8 @@ def usage_of(message: AIMessage) -> Usage | None:
 
 def summary_human(summary: str) -> HumanMessage:
     """The human message a summary goes out as (a faithful summary may quote untrusted
-    text: never as system)."""
+    text: never as system), marked as LangChain marks a conversation summary the user did
+    not type (``lc_source``, which its chat models do not send)."""
     return HumanMessage(
-        content=summary_text(summary), additional_kwargs={"lc_source": "contextfold-compaction"}
+        content=summary_text(summary), additional_kwargs={"lc_source": "summarization"}
     )

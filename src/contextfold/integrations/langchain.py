@@ -138,6 +138,16 @@ def _starts_for(model: BaseChatModel) -> Starts:
     return "user" if any(provider in named for provider in _USER_FIRST) else "any"
 
 
+def _internal_call() -> dict[str, Any]:
+    """LangChain's mark of a middleware's own model call (kept out of a run's messages),
+    where the installed LangChain has it."""
+    try:
+        from langchain.agents.middleware.internal_call_transformer import internal_call_metadata
+    except ImportError:  # LangChain before internal-call marks
+        return {}
+    return internal_call_metadata()
+
+
 def _summarizer(model: BaseChatModel, loop: asyncio.AbstractEventLoop | None) -> Summarizer:
     """The summarizer calling ``model``: its sync call off the journal's loop for a sync agent
     (``loop`` None), else its async call on the agent's ``loop``, where its client lives.
