@@ -173,15 +173,17 @@ def test_run_sync_compacts_on_a_sync_journal(tmp_path: Path) -> None:
     summarizer (the model) on the Runner's."""
     worker = Worker()
     client = cf.FunctionModel(worker, transport="anthropic", model="claude-test")
-    with cf.open_journal_sync(f"sqlite:///{tmp_path / 'sync.db'}") as journal:
-        model = JournalModel(client, journal, "sync", compact_at=3_000)
-        agent = Agent(
-            name="worker",
-            model=model,
-            tools=[read_file],
-            model_settings=ModelSettings(max_tokens=256),
-        )
-        for n in range(8):
-            assert str(Runner.run_sync(agent, f"task {n}").final_output).startswith("done")
-        assert worker.summaries
-        assert journal.run(cf.verify_requests, "sync") == ()
+    loop = asyncio.new_event_loop()  # closed here: run_sync would leave its own open
+    asyncio.set_event_loop(loop)
+    try:
+        with cf.open_journal_sync(f"sqlite:///{tmp_path / 'sync.db'}") as journal:
+            model = JournalModel(client, journal, "sync", compact_at=3_000)
+            settings = ModelSettings(max_tokens=256)
+            agent = Agent(name="worker", model=model, tools=[read_file], model_settings=settings)
+            for n in range(8):
+                assert str(Runner.run_sync(agent, f"task {n}").final_output).startswith("done")
+            assert worker.summaries
+            assert journal.run(cf.verify_requests, "sync") == ()
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
