@@ -4,6 +4,7 @@ messages (property tests), the compaction cut, and record → read → verify on
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -225,3 +226,74 @@ async def test_a_message_is_stored_once_per_stream(sqlite_path: str) -> None:
         assert len(calls.messages) == len(history) - 2
         assert all(message_digest(m.message) == d for d, (_, m) in calls.messages.items())
         assert all(isinstance(r, CallRequested) for r in calls.requests.values())
+
+
+async def _stored_requests(journal: cf.Journal) -> list[tuple[int, CallRequested]]:
+    """The requests of stream "s" as stored (not made whole)."""
+    return [
+        (e.position, cast(CallRequested, e.decode(CallRequested)))
+        async for e in journal.read_all("s", types=[CallRequested])
+    ]
+
+
+async def test_a_request_is_stored_as_what_it_adds_and_read_back_whole(sqlite_path: str) -> None:
+    async with cf.open_journal(f"sqlite:///{sqlite_path}") as journal:
+        engine = _engine(journal, budget=150, compact_at=400, keep_tokens=80, summarize=_summarize)
+        history: list[Message] = []
+        recorded: dict[int, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+        for turn in _conversation(30):
+            history.append(_msg(turn))
+            if turn.role == "assistant":
+                continue
+            prepared = await engine.prepare(history)
+            position = await engine.record(prepared, model="m", options={})
+            assert position is not None
+            sent = tuple(message_digest(m.json) for m in prepared.messages)
+            recorded[position] = (prepared.view.history, sent)
+        stored: dict[int, CallRequested] = dict(await _stored_requests(journal))
+        # Each request after the first names only the history messages its call added,
+        # and lists no message its view chooses anyway: the record grows with the
+        # conversation, not with its square.
+        _first, *later = sorted(stored)
+        views = [stored[p].view for p in later]
+        assert all(v is not None and v.extends is not None and len(v.history) <= 2 for v in views)
+        assert all(stored[p].messages == () for p in later)
+        calls = await read_calls(journal, "s")
+        assert {p: (r.view.history, r.messages) for p, r in calls.requests.items() if r.view} == (
+            recorded
+        )
+        assert verify_calls(calls) == []
+
+
+async def test_a_request_after_another_history_is_stored_whole(sqlite_path: str) -> None:
+    async with cf.open_journal(f"sqlite:///{sqlite_path}") as journal:
+        engine = _engine(journal, budget=1000)
+        ours = [_msg(_user("one"))]
+        theirs = [_msg(_user("another thread"))]
+        await engine.record(await engine.prepare(ours), model="m", options={})
+        await engine.record(await engine.prepare(theirs), model="m", options={})
+        ours += [_msg(Readable(role="assistant", text="a")), _msg(_user("two"))]
+        last = await engine.record(await engine.prepare(ours), model="m", options={})
+        assert last is not None
+        view = dict(await _stored_requests(journal))[last].view
+        assert view is not None and view.extends is None and len(view.history) == 3
+        assert verify_calls(await read_calls(journal, "s")) == []
+
+
+async def test_a_view_continuing_no_request_is_a_problem(sqlite_path: str) -> None:
+    async with cf.open_journal(f"sqlite:///{sqlite_path}") as journal:
+        engine = _engine(journal, budget=1000)
+        history = [_msg(_user("one"))]
+        first = await engine.record(await engine.prepare(history), model="m", options={})
+        history += [_msg(Readable(role="assistant", text="a")), _msg(_user("two"))]
+        second = await engine.record(await engine.prepare(history), model="m", options={})
+        calls = await read_calls(journal, "s")
+        assert verify_calls(calls) == [] and first is not None and second is not None
+        stored = (await _stored_requests(journal))[-1][1]
+        assert stored.view is not None and stored.view.extends == first
+        forged = stored.model_copy(update={"view": stored.view.model_copy(update={"extends": 1})})
+        await journal.append("s", forged)
+        problems = verify_calls(await read_calls(journal, "s"))
+        assert [p.problem for p in problems] == [
+            "its view continues the history of @1, which holds no recorded request with a view"
+        ]

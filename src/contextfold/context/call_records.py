@@ -94,9 +94,18 @@ class _Known:
 _RECENT = 64
 
 
+class _History(NamedTuple):
+    """The whole history of the newest request with a view: what the next one extends."""
+
+    position: int
+    digests: tuple[str, ...]
+    tokens: tuple[float, ...]
+
+
 class _Recorded(NamedTuple):
     known: _Known
     compaction: Compaction | None
+    history: _History | None = None
 
 
 _RECORDED: Fold[_Recorded] = Fold(
@@ -107,6 +116,20 @@ _RECORDED: Fold[_Recorded] = Fold(
 @_RECORDED.on(CallMessage)
 def _message(state: _Recorded, env: Envelope[CallMessage]) -> _Recorded:
     return state._replace(known=state.known.add(env.payload.sha256))
+
+
+@_RECORDED.on(CallRequested)
+def _requested(state: _Recorded, env: Envelope[CallRequested]) -> _Recorded:
+    view = env.payload.view
+    if view is None:
+        return state
+    if view.extends is None:
+        return state._replace(history=_History(env.position, view.history, view.tokens))
+    last = state.history
+    if last is None or last.position != view.extends:
+        return state._replace(history=None)  # another writer's request came between
+    whole = _History(env.position, last.digests + view.history, last.tokens + view.tokens)
+    return state._replace(history=whole)
 
 
 @_RECORDED.on(CallCompacted)
@@ -130,8 +153,12 @@ class CallRecorder:
         """The newest compaction recorded on the stream, if any."""
         return (await self.journal.fold(_RECORDED, self.stream)).compaction
 
-    async def _fresh(self, messages: Sequence[Message]) -> tuple[list[str], list[Event]]:
-        known = (await self.journal.fold(_RECORDED, self.stream)).known
+    async def _fresh(
+        self, messages: Sequence[Message], recorded: _Recorded | None = None
+    ) -> tuple[list[str], list[Event]]:
+        if recorded is None:
+            recorded = await self.journal.fold(_RECORDED, self.stream)
+        known = recorded.known
         digests: list[str] = []
         events: list[Event] = []
         added: set[str] = set()
@@ -160,13 +187,24 @@ class CallRecorder:
         history: Sequence[Message] = (),
     ) -> int:
         """Records a request (``history``: the framework's whole history when ``view``
-        chose ``messages`` from it); returns its position."""
-        _, events = await self._fresh([*history, *messages])
-        digests = [digest_of(m) for m in messages]
+        chose ``messages`` from it); returns its position.
+
+        Stored compactly: a view continuing the stream's previous request's history names
+        only the messages added since, and messages that are the ones the view chooses
+        are not listed again (:func:`read_calls` restores both)."""
+        recorded = await self.journal.fold(_RECORDED, self.stream)
+        _, events = await self._fresh([*history, *messages], recorded)
+        digests = tuple(digest_of(m) for m in messages)
+        listed = digests
+        if view is not None and len(history) == len(view.history):
+            roles = [m.readable.role for m in history]
+            if digests == tuple(_chosen(view, view.history, roles)):
+                listed = ()
+            view = _extending(view, recorded.history)
         sent = CallRequested(
             framework=self.framework,
             model=model,
-            messages=tuple(digests),
+            messages=listed,
             options=options,
             sha256=request_digest(self.framework, model, [m.json for m in messages], options),
             view=view,
@@ -218,6 +256,30 @@ class CallRecorder:
         return Compaction(appended.last_position, summary, tuple(digests))
 
 
+def _chosen(view: CallView, history: Sequence[str], roles: Sequence[str]) -> list[str]:
+    """The digests a view sends out of its whole ``history``: the system messages before
+    its start, its summary, then the history from its start."""
+    pinned = [d for d, role in zip(history[: view.start], roles, strict=False) if role == "system"]
+    summary = [] if view.summary is None else [view.summary]
+    return [*pinned, *summary, *history[view.start :]]
+
+
+def _extending(view: CallView, last: _History | None) -> CallView:
+    """``view`` as stored: naming only what it adds to ``last`` when it continues it."""
+    if last is None or len(view.history) < len(last.digests):
+        return view
+    cut = len(last.digests)
+    if view.history[:cut] != last.digests or view.tokens[:cut] != last.tokens:
+        return view
+    return view.model_copy(
+        update={
+            "history": view.history[cut:],
+            "tokens": view.tokens[cut:],
+            "extends": last.position,
+        }
+    )
+
+
 @dataclass(slots=True)
 class Calls:
     """A stream's call records, read back: each by position."""
@@ -227,14 +289,17 @@ class Calls:
     answers: dict[int, CallAnswered] = field(default_factory=dict)
     compactions: dict[int, CallCompacted] = field(default_factory=dict)
     times: dict[int, str] = field(default_factory=dict)
+    unreadable: dict[int, str] = field(default_factory=dict)
+    """Requests whose stored form could not be made whole, and why."""
 
     def add(self, position: int, time: str, event: Event) -> None:
-        """Takes one decoded record (others are ignored)."""
+        """Takes one decoded record (others are ignored). A request is kept whole: its
+        view's whole history, and the messages it sent listed."""
         self.times[position] = time
         if isinstance(event, CallMessage):
             self.messages.setdefault(event.sha256, (position, event))
         elif isinstance(event, CallRequested):
-            self.requests[position] = event
+            self.requests[position] = self._whole(position, event)
         elif isinstance(event, CallAnswered):
             self.answers[position] = event
         elif isinstance(event, CallCompacted):
@@ -243,6 +308,31 @@ class Calls:
     def readable(self, digest: str) -> Readable | None:
         found = self.messages.get(digest)
         return None if found is None else found[1].readable
+
+    def _whole(self, position: int, sent: CallRequested) -> CallRequested:
+        view = sent.view
+        if view is None:
+            return sent
+        if view.extends is not None:
+            earlier = self.requests.get(view.extends)
+            if earlier is None or earlier.view is None or view.extends >= position:
+                self.unreadable[position] = (
+                    f"its view continues the history of @{view.extends}, which holds no "
+                    "recorded request with a view"
+                )
+                return sent
+            view = view.model_copy(
+                update={
+                    "history": earlier.view.history + view.history,
+                    "tokens": earlier.view.tokens + view.tokens,
+                    "extends": None,
+                }
+            )
+        if sent.messages:
+            return sent.model_copy(update={"view": view})
+        roles = [r.role if r is not None else "" for r in map(self.readable, view.history)]
+        chosen = tuple(_chosen(view, view.history, roles))
+        return sent.model_copy(update={"view": view, "messages": chosen})
 
 
 async def read_calls(journal: Journal, stream: str) -> Calls:
@@ -314,6 +404,9 @@ def _view_messages(calls: Calls, view: CallView) -> list[str] | str:
 
 
 def _request_problems(calls: Calls, position: int, sent: CallRequested) -> Iterator[str]:
+    if position in calls.unreadable:
+        yield calls.unreadable[position]
+        return
     try:
         body = call_body(calls, position)
     except InvalidInputError as exc:

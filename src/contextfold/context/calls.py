@@ -110,9 +110,16 @@ class CallView(_Frozen):
     """How contextfold chose a request's messages out of the framework's history."""
 
     history: tuple[str, ...]
-    """Every message of the history the framework passed, by digest, oldest first."""
+    """Every message of the history the framework passed, by digest, oldest first; as
+    stored, when it ``extends`` an earlier request's history, only those added to it."""
     tokens: tuple[float, ...]
-    """Each history message's tokens, as the integration's counter counted them."""
+    """Each history message's tokens, as the integration's counter counted them (as
+    stored, like ``history``)."""
+    extends: int | None = None
+    """As stored: the position of the earlier request whose history this one continues
+    (``history`` and ``tokens`` then hold what was added), so a record grows with what a
+    call adds, not with the conversation. Read back, every view is whole
+    (:func:`~.call_records.read_calls`)."""
     budget: float | None = None
     """The token budget of the messages (None: no trimming)."""
     keep: int = Field(default=1, ge=0)
@@ -142,8 +149,9 @@ class CallRequested(Event, type="contextfold.calls/request", runtime_only=True):
 
     framework: str
     model: str
-    messages: tuple[str, ...]
-    """The digest of each message sent, in order."""
+    messages: tuple[str, ...] = ()
+    """The digest of each message sent, in order; as stored, empty when they are the ones
+    its ``view`` chooses (read back, they are always listed)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Everything else of the request as the framework's JSON: system prompt, tools,
     settings."""

@@ -65,7 +65,7 @@ class CallTimeline:
             return
         self.calls.add(position, time, event)
         if isinstance(event, CallRequested):
-            self._request(position, time, event)
+            self._request(position, time, self.calls.requests[position])  # made whole
         elif isinstance(event, CallAnswered):
             self._answer(position, time, event)
         elif isinstance(event, CallCompacted):
