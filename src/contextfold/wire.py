@@ -97,6 +97,24 @@ class ToolCall(_Stored):
     """The arguments exactly as the model produced them (JSON object text; "" means {})."""
 
 
+_NOT_TEXT = object()
+"""What :func:`_schema_value` returns for a value that is neither a mapping nor text."""
+
+
+def _schema_value(value: Any, where: str, verb: str) -> Any:
+    """A JSON schema given as a mapping (checked to be plain JSON) or as JSON text, as a
+    value; :data:`_NOT_TEXT` for anything else. Raises ValueError naming ``where``."""
+    if isinstance(value, Mapping):
+        check_json_value(dict(value), where=where)
+        return dict(value)
+    if isinstance(value, str):
+        try:
+            return loads(value)
+        except ValueError:
+            raise ValueError(f"{where} {verb} not JSON text") from None
+    return _NOT_TEXT
+
+
 class ToolDefinition(_Stored):
     """A tool offered to the model, as a request header logs it and a request sends it.
 
@@ -118,15 +136,8 @@ class ToolDefinition(_Stored):
     @classmethod
     def _canonical_object_schema(cls, value: Any, info: ValidationInfo) -> Any:
         where = f"tool {info.data.get('name')!r} parameters"
-        if isinstance(value, Mapping):
-            check_json_value(dict(value), where=where)
-            schema: Any = dict(value)
-        elif isinstance(value, str):
-            try:
-                schema = loads(value)
-            except ValueError:
-                raise ValueError(f"{where} are not JSON text") from None
-        else:
+        schema = _schema_value(value, where, "are")
+        if schema is _NOT_TEXT:
             return value  # pydantic refuses it as not a string
         if not isinstance(schema, dict) or schema.get("type", "object") != "object":
             raise ValueError(
@@ -181,15 +192,8 @@ class OutputSchema(_Stored):
     @classmethod
     def _canonical_schema(cls, value: Any, info: ValidationInfo) -> Any:
         where = f"output schema {info.data.get('name')!r}"
-        if isinstance(value, Mapping):
-            check_json_value(dict(value), where=where)
-            schema: Any = dict(value)
-        elif isinstance(value, str):
-            try:
-                schema = loads(value)
-            except ValueError:
-                raise ValueError(f"{where} is not JSON text") from None
-        else:
+        schema = _schema_value(value, where, "is")
+        if schema is _NOT_TEXT:
             return value  # pydantic refuses it as not a string
         if not isinstance(schema, dict):
             raise ValueError(f"{where} must be a JSON schema object, not {type(schema).__name__}")
