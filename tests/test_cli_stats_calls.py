@@ -11,7 +11,7 @@ from typer.testing import CliRunner, Result
 
 import contextfold as cf
 from contextfold.cli import URL_ENV, app
-from contextfold.timeline.prices import CataloguePrices
+from contextfold.prices import CataloguePrices
 from tests.call_streams import MODEL, USAGES, record_session
 
 STREAM = "framework"

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("folds", frozenset({"folds"})),
     ("views", frozenset({"views"})),
     ("journal", frozenset({"journal"})),
-    ("wire", frozenset({"wire"})),
+    ("wire", frozenset({"wire", "prices"})),
     ("context", frozenset({"context"})),
     ("render", frozenset({"render"})),
     ("transcript", frozenset({"transcript"})),

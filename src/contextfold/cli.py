@@ -391,7 +391,7 @@ def stats(
     """
     from .inspection import require_stream
     from .timeline.build import build_timeline
-    from .timeline.prices import Prices, load_prices
+    from .prices import Prices, load_prices
     from .timeline.stats import stats_json, stats_of, stats_text
 
     table = Prices(load_prices(prices) if prices is not None and str(prices) else None)

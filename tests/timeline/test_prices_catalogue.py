@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import contextfold as cf
-from contextfold.timeline.prices import CataloguePrices, Price, Prices, PriceTable, default_prices
+from contextfold.prices import CataloguePrices, Price, Prices, PriceTable, default_prices
 
 USAGE = cf.Usage(input_tokens=1_000_000, output_tokens=1_000_000, cached_input_tokens=500_000)
 

@@ -12,7 +12,7 @@ A timeline is built incrementally and kept per stream (a few streams): a read af
 append folds only the new events. A framework's call records make turns and requests like
 an agent's; such a request's page is its body rebuilt from the records. Costs come from
 ``app.state.prices`` (a :class:`~contextfold.timeline.PriceTable` overriding the
-catalogue, or a :class:`~contextfold.timeline.prices.Prices`), else ``prices=``, else
+catalogue, or a :class:`~contextfold.prices.Prices`), else ``prices=``, else
 ``genai-prices``' catalogue overridden by the table ``CONTEXTFOLD_PRICES`` names.
 Read-only: nothing here writes.
 """
@@ -37,7 +37,7 @@ from ..store.base import parse_cursor
 from ..timeline.build import Timeline, TimelineBuilder
 from ..timeline.detail import request_bodies
 from ..timeline.encode import bodies_json, framework_page_json, timeline_json
-from ..timeline.prices import Prices, PriceTable, Pricing, default_prices
+from ..prices import Prices, PriceTable, Pricing, default_prices
 from ..timeline.stats import stats_json, stats_of
 from ..transcript.bus import TranscriptBus
 from ..transcript.store.base import TranscriptStore

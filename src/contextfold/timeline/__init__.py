@@ -3,7 +3,7 @@ records, derived from the journal alone: what the inspector shows and ``contextf
 stats`` prints (and LangGraph's stored values shown readable, for event listings)."""
 
 from .build import RequestTrace, Timeline, TimelineBuilder, ToolTrace, TraceItem, TurnTrace
-from .prices import Price, PriceTable, load_prices
+from ..prices import Price, PriceTable, load_prices
 
 __all__ = [
     "Price",

@@ -10,7 +10,7 @@ from ..context.call_records import Calls, call_body
 from ..errors import InvalidInputError
 from ..wire import Usage
 from .detail import BodyDiff, RequestBodies, body_diff
-from .prices import Pricing
+from ..prices import Pricing
 from .stats import stats_json, stats_of
 from .traces import RequestTrace, Timeline, ToolTrace, TraceItem, TurnTrace
 

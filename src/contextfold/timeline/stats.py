@@ -14,7 +14,7 @@ from typing import Any
 from ..context.compaction import context_window
 from ..context.state import AgentContextState
 from ..views.tokens import approx_tokens
-from .prices import Pricing
+from ..prices import Pricing
 from .traces import LaneTokens, Timeline
 
 __all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of", "stats_text"]
@@ -76,7 +76,7 @@ class Stats:
 
 def stats_of(timeline: Timeline, prices: Pricing | None = None) -> Stats:
     """The stats of ``timeline``, with costs from ``prices`` when given (see
-    :func:`~contextfold.timeline.prices.default_prices`)."""
+    :func:`~contextfold.prices.default_prices`)."""
     requests = timeline.requests
     answered = [r for r in requests if r.usage is not None]
     reported = [r for r in answered if r.usage and r.usage.cached_input_tokens is not None]

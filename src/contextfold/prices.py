@@ -21,8 +21,8 @@ from typing import Protocol
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import InvalidInputError
-from ..wire import Usage
+from .errors import InvalidInputError
+from .wire import Usage
 
 __all__ = [
     "PRICES_ENV",
