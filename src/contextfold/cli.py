@@ -390,8 +390,8 @@ def stats(
     ``--prices``; a model neither knows costs "unknown", never a wrong number.
     """
     from .inspection import require_stream
-    from .timeline.build import build_timeline
     from .prices import Prices, load_prices
+    from .timeline.build import build_timeline
     from .timeline.stats import stats_json, stats_of, stats_text
 
     table = Prices(load_prices(prices) if prices is not None and str(prices) else None)

@@ -13,12 +13,12 @@ import pytest
 import schemathesis
 
 import contextfold as cf
+from contextfold.prices import CataloguePrices
 from contextfold.server import create_app
 from contextfold.server.body import DEFAULT_MAX_BODY_BYTES
 from contextfold.server.openapi import openapi_schema
 from contextfold.telemetry import shared_prefix
 from contextfold.timeline import Price, PriceTable
-from contextfold.prices import CataloguePrices
 from contextfold.transcript.parts import Message
 from contextfold.transcript.store.factory import open_transcript_store
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage

@@ -18,11 +18,11 @@ from contextfold.context import AgentContext
 from contextfold.context.rebuild import RequestRecorded
 from contextfold.errors import InvalidInputError, RebuildError
 from contextfold.events import StoredEvent
+from contextfold.prices import Price, prices_from_env
 from contextfold.telemetry import shared_prefix
 from contextfold.timeline import PriceTable, TimelineBuilder, load_prices
 from contextfold.timeline.build import build_timeline
 from contextfold.timeline.detail import body_diff, request_bodies
-from contextfold.prices import Price, prices_from_env
 from contextfold.timeline.stats import stats_json, stats_of
 from contextfold.wire import ModelOutput, NeutralRequest, ToolCall, Usage
 from tests.context.helpers import count_item_builds

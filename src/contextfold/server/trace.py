@@ -33,11 +33,11 @@ from ..events import StoredEvent
 from ..inspection import event_json, read_call_records, require_cursor, require_stream
 from ..journal import Journal
 from ..journal.encode import check_stream
+from ..prices import Prices, PriceTable, Pricing, default_prices
 from ..store.base import parse_cursor
 from ..timeline.build import Timeline, TimelineBuilder
 from ..timeline.detail import request_bodies
 from ..timeline.encode import bodies_json, framework_page_json, timeline_json
-from ..prices import Prices, PriceTable, Pricing, default_prices
 from ..timeline.stats import stats_json, stats_of
 from ..transcript.bus import TranscriptBus
 from ..transcript.store.base import TranscriptStore

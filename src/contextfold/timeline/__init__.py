@@ -2,8 +2,8 @@
 records, derived from the journal alone: what the inspector shows and ``contextfold
 stats`` prints (and LangGraph's stored values shown readable, for event listings)."""
 
-from .build import RequestTrace, Timeline, TimelineBuilder, ToolTrace, TraceItem, TurnTrace
 from ..prices import Price, PriceTable, load_prices
+from .build import RequestTrace, Timeline, TimelineBuilder, ToolTrace, TraceItem, TurnTrace
 
 __all__ = [
     "Price",

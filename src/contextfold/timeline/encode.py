@@ -8,9 +8,9 @@ from typing import Any
 from ..canonical import sha256_hex
 from ..context.call_records import Calls, call_body
 from ..errors import InvalidInputError
+from ..prices import Pricing
 from ..wire import Usage
 from .detail import BodyDiff, RequestBodies, body_diff
-from ..prices import Pricing
 from .stats import stats_json, stats_of
 from .traces import RequestTrace, Timeline, ToolTrace, TraceItem, TurnTrace
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from ..context.compaction import context_window
 from ..context.state import AgentContextState
-from ..views.tokens import approx_tokens
 from ..prices import Pricing
+from ..views.tokens import approx_tokens
 from .traces import LaneTokens, Timeline
 
 __all__ = ["LaneTokens", "Stats", "lanes_of", "stats_json", "stats_of", "stats_text"]
