@@ -218,13 +218,14 @@ def test_strict_parsing_refuses_any_big_integer_or_repeated_key(
         strict_json.loads(repeated)
 
 
-def test_the_readme_states_the_limits() -> None:
+def test_the_server_guide_states_the_limits() -> None:
     from pathlib import Path
 
     from contextfold.server.limits import DEFAULT_BODY_TIMEOUT
     from contextfold.server.protocol import DEFAULT_HEADER_TIMEOUT
 
-    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
-    assert f"at most {MAX_META_CHARS} characters" in readme
-    assert f"`--header-timeout` seconds ({DEFAULT_HEADER_TIMEOUT:g})" in readme
-    assert f"`body_timeout` seconds ({DEFAULT_BODY_TIMEOUT:g}; else 408)" in readme
+    page = Path(__file__).parents[2] / "docs" / "how-to" / "server.md"
+    guide = " ".join(page.read_text().split())
+    assert f"at most {MAX_META_CHARS} characters" in guide
+    assert f"`--header-timeout` seconds ({DEFAULT_HEADER_TIMEOUT:g})" in guide
+    assert f"`body_timeout` seconds ({DEFAULT_BODY_TIMEOUT:g}; else 408)" in guide
