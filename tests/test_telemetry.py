@@ -105,7 +105,17 @@ def _offset(span: ReadableSpan) -> int:
 
 
 def _by_operation(found: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
-    return [s for s in found if (s.attributes or {}).get(tm.OPERATION_NAME) == name]
+    """The spans of GenAI operation ``name``, or of contextfold operation ``name`` (a
+    compaction's chat span is both)."""
+    return [
+        s
+        for s in found
+        if name
+        in (
+            (s.attributes or {}).get(tm.OPERATION_NAME),
+            (s.attributes or {}).get(tm.CONTEXTFOLD_OPERATION),
+        )
+    ]
 
 
 async def test_a_turn_is_one_span_with_its_requests_and_tool_calls_under_it(

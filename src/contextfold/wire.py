@@ -387,6 +387,10 @@ class ModelOutput:
     finish_reason: str = "stop"
     """The provider's own stop reason (``"stop"``, ``"tool_calls"``, ``"end_turn"``…)."""
     reasoning: str = ""
+    response_id: str | None = field(default=None, compare=False)
+    """The provider's id of this answer, when it gave one (for telemetry; not recorded)."""
+    response_model: str | None = field(default=None, compare=False)
+    """The model the provider says answered, when it said (for telemetry; not recorded)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.tool_calls, tuple):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext
@@ -62,6 +63,8 @@ from ._adk_calls import (
 )
 from ._adk_records import session_stream
 from ._call_engine import CallEngine, Prepared, Summarizer, check_engine_options
+from ._call_spans import CallSpan
+from ._call_spans import Model as SpanModel
 
 __all__ = ["ContextPlugin"]
 
@@ -74,10 +77,12 @@ class _Pending:
     """A recorded request waiting for its response."""
 
     stream: str
-    position: int
+    position: int | None
+    """Where the request was recorded (None: without a journal, not recorded)."""
     call: object
     """The model call's ``callback_context.actions``: ADK hands both callbacks of one call
     the same object, so a response is recorded only as the answer of its own call."""
+    span: CallSpan
 
 
 class ContextPlugin(BasePlugin):
@@ -150,14 +155,22 @@ class ContextPlugin(BasePlugin):
         )
         self._previous = history
         options = options_of(llm_request)
-        engine = self._engine(stream, callback_context, llm_request)
-        prepared = await engine.prepare(
-            history.messages,
-            base=approx_json_tokens(options),
-            tokens=history.tokens,
-            previous=self._last.get(stream),
-        )
-        position = await engine.record(prepared, model=llm_request.model or "", options=options)
+        span = self._span(stream, llm_request)
+        try:
+            engine = self._engine(stream, callback_context, llm_request, span)
+            prepared = await engine.prepare(
+                history.messages,
+                base=approx_json_tokens(options),
+                tokens=history.tokens,
+                previous=self._last.get(stream),
+            )
+            position = await engine.record(prepared, model=llm_request.model or "", options=options)
+        except BaseException as exc:
+            span.failed(exc)
+            raise
+        if span.recording:
+            system, tools = _described(llm_request)
+            span.sent(prepared.messages, position, system=system, tools=tools)
         summary = None
         if prepared.summary is not None:
             summary = types.Content.model_validate(prepared.summary.json)
@@ -168,10 +181,10 @@ class ContextPlugin(BasePlugin):
             self._last.popitem(last=False)
         self.last_view = prepared.view
         key = (callback_context.invocation_id, callback_context.agent_name)
-        if position is None:
-            self._pending.pop(key, None)
-        else:
-            self._pending[key] = _Pending(stream, position, callback_context.actions)
+        earlier = self._pending.pop(key, None)
+        if earlier is not None:  # its answer never came (a callback answered it instead)
+            earlier.span.end()
+        self._pending[key] = _Pending(stream, position, callback_context.actions, span)
         return None
 
     async def after_model_callback(
@@ -183,32 +196,52 @@ class ContextPlugin(BasePlugin):
             return None  # a response to no request this plugin recorded
         if llm_response.partial or llm_response.content is None:
             return None
-        if self.journal is not None:
-            finish = llm_response.finish_reason
+        finish = llm_response.finish_reason
+        reason = None if finish is None else str(finish.value)
+        usage = usage_of(llm_response.usage_metadata)
+        answer = answer_of(llm_response.content)
+        pending.span.answered(
+            answer, model=llm_response.model_version, usage=usage, finish_reason=reason
+        )
+        if self.journal is not None and pending.position is not None:
             await CallRecorder(self.journal, pending.stream, FRAMEWORK).answer(
                 pending.position,
-                answer_of(llm_response.content),
+                answer,
                 model=llm_response.model_version,
-                usage=usage_of(llm_response.usage_metadata),
-                finish_reason=None if finish is None else str(finish.value),
+                usage=usage,
+                finish_reason=reason,
             )
         return None
 
     async def on_model_error_callback(
         self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
     ) -> LlmResponse | None:
-        self._pending.pop((callback_context.invocation_id, callback_context.agent_name), None)
+        pending = self._pending.pop(
+            (callback_context.invocation_id, callback_context.agent_name), None
+        )
+        if pending is not None:
+            pending.span.failed(error)
         return None
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
         done = invocation_context.invocation_id
         for key in [key for key in self._pending if key[0] == done]:
-            del self._pending[key]
+            self._pending.pop(key).span.end()
 
     # -- the engine ----------------------------------------------------------------------
 
+    def _span(self, stream: str, llm_request: LlmRequest) -> CallSpan:
+        model = _span_model(llm_request.model or "")
+        summarizer = None if self.compact_at is None or self._summarize else model
+        namespace = None if self.journal is None else self.journal.namespace
+        return CallSpan(model, stream=stream, namespace=namespace, summarizer=summarizer)
+
     def _engine(
-        self, stream: str, callback_context: CallbackContext, llm_request: LlmRequest
+        self,
+        stream: str,
+        callback_context: CallbackContext,
+        llm_request: LlmRequest,
+        span: CallSpan,
     ) -> CallEngine:
         recorder = None if self.journal is None else CallRecorder(self.journal, stream, FRAMEWORK)
 
@@ -227,7 +260,36 @@ class ContextPlugin(BasePlugin):
             summarize=None if self.compact_at is None else self._summarize or by_the_agents_model,
             starts="user",  # Gemini refuses a first turn of function calls
             trim_to=self.trim_to,
+            span=span,
         )
+
+
+def _span_model(name: str) -> SpanModel:
+    """A model as spans name it: ADK's own models are Google's Gemini; a LiteLLM name says
+    its provider before its first slash."""
+    if "/" in name:
+        return SpanModel(name, name.split("/", 1)[0])
+    return SpanModel(name, "gcp.gemini" if name.startswith("gemini") else "gcp.gen_ai")
+
+
+def _described(llm_request: LlmRequest) -> tuple[str | None, list[dict[str, Any]]]:
+    """The request's system instruction as text, and its function declarations."""
+    config = llm_request.config
+    instruction = config.system_instruction if config is not None else None
+    if isinstance(instruction, types.Content):
+        instruction = "".join(part.text or "" for part in instruction.parts or ())
+    system = instruction if isinstance(instruction, str) else None
+    tools = []
+    for tool in (config.tools if config is not None else None) or ():
+        for declared in getattr(tool, "function_declarations", None) or ():
+            found: dict[str, Any] = {"name": declared.name, "description": declared.description}
+            schema = declared.parameters_json_schema
+            if schema is None and declared.parameters is not None:
+                schema = declared.parameters.model_dump(mode="json", exclude_none=True)
+            if schema is not None:
+                found["parameters"] = schema
+            tools.append(found)
+    return system, tools
 
 
 def _model_of(callback_context: CallbackContext, llm_request: LlmRequest) -> BaseLlm:

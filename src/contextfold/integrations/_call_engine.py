@@ -23,6 +23,7 @@ object from them.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from ..context.calls import (
 )
 from ..errors import InvalidInputError
 from ..wire import Usage
+from ._call_spans import CallSpan
 
 __all__ = ["CallEngine", "Prepared", "Summarizer", "check_engine_options"]
 
@@ -87,7 +89,8 @@ class CallEngine:
     ``starts`` "user" starts a trimmed view only at a user message; with ``trim_to`` (a
     share of the budget) a view keeps the start of the ``previous`` call of its history
     while that fits the budget, and is trimmed to ``trim_to`` of the budget when it no
-    longer does, so a budgeted conversation keeps its prompt-cache prefix between trims."""
+    longer does, so a budgeted conversation keeps its prompt-cache prefix between trims.
+    ``span``: the call's span (``_call_spans``), beside which a compaction gets its own."""
 
     def __init__(
         self,
@@ -102,6 +105,7 @@ class CallEngine:
         summarize: Summarizer | None = None,
         starts: Starts = "any",
         trim_to: float | None = None,
+        span: CallSpan | None = None,
     ) -> None:
         check_engine_options(budget, keep, compact_at, keep_tokens, trim_to)
         if compact_at is not None and (summarize is None or recorder is None):
@@ -118,6 +122,7 @@ class CallEngine:
         self.summarize = summarize
         self.starts = starts
         self.trim_to = trim_to
+        self.span = span
 
     async def _applying(self, digests: Sequence[str]) -> Compaction | None:
         if self.recorder is None:
@@ -164,8 +169,12 @@ class CallEngine:
                 prompt = summary_prompt(
                     readable[lowest:cut], None if done is None else done.summary
                 )
-                text, usage = await self.summarize(prompt)
-                done = await self.recorder.compacted(text, history[:cut], usage=usage)
+                compaction = nullcontext(None) if self.span is None else self.span.compaction()
+                with compaction as compacting:
+                    text, usage = await self.summarize(prompt)
+                    done = await self.recorder.compacted(text, history[:cut], usage=usage)
+                    if compacting is not None:
+                        compacting.done(done.position, usage)
                 lowest, summary = cut, self.summary_message(text)
         extra = base + (self.count(summary) if summary is not None else 0.0)
         anchor = None

@@ -64,7 +64,7 @@ from ..runtime.events import (
     RequestSent,
     ResponseRecorded,
 )
-from ..runtime.spans import LoopSpans
+from ..runtime.spans import LoopSpans, client_server
 from ..views.view import check_budget
 from ..wire import (
     ModelOutput,
@@ -250,7 +250,11 @@ class JournalModel(Model):
         self._last: tuple[Built, RenderedRequest] | None = None
         self._version: int | None = None  # the stream's version after this model's append
         self._spans = LoopSpans(
-            self._bridge.journal.namespace, self.stream, client.model, client.transport
+            self._bridge.journal.namespace,
+            self.stream,
+            client.model,
+            client.transport,
+            server=client_server(client),
         )
         self._turn = False  # whether a turn span is open
 
@@ -444,11 +448,11 @@ class JournalModel(Model):
             return step
         # The summarizer is the model itself, called on the caller's loop like any request.
         cutoff = step.cutoff
-        self._spans.on_event(CompactionStarted(offset=cutoff))
+        self._spans.on_event(CompactionStarted(offset=cutoff, rendered=step.rendered))
         output = await self.client.complete(step.neutral, step.rendered)
         text = output.text or trim_note(await arun(self._context), cutoff)
         await arun(lambda: self._compacted(cutoff, text, output.usage))
-        self._spans.on_event(CompactionFinished(offset=cutoff, summary=text))
+        self._spans.on_event(CompactionFinished(offset=cutoff, summary=text, usage=output.usage))
         done = await arun(lambda: self._decide(header, taken, summarize=False))
         assert isinstance(done, _Prepared)  # no second summary is asked for
         return done

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -49,6 +49,7 @@ from pydantic_ai.models import (
 from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
+from .. import telemetry as tm
 from ..context.call_records import CallRecorder, Message
 from ..context.calls import CallView
 from ..errors import InvalidInputError
@@ -56,6 +57,8 @@ from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..wire import Usage
 from ._call_engine import CallEngine, Prepared, check_engine_options
+from ._call_spans import CallSpan, call_span
+from ._call_spans import Model as SpanModel
 from ._journal_bridge import JournalBridge
 from ._pydantic_ai_calls import (
     Count,
@@ -154,12 +157,14 @@ class ContextModel(WrapperModel):
         model_settings: ModelSettings | None,
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
-        call = await self._prepare(messages, model_settings, model_request_parameters)
-        response = await self.wrapped.request(
-            call.messages, model_settings, model_request_parameters
-        )
-        await self._answered(call, response)
-        return response
+        with self._span() as span:
+            call = await self._prepare(messages, model_settings, model_request_parameters, span)
+            with span.current():
+                response = await self.wrapped.request(
+                    call.messages, model_settings, model_request_parameters
+                )
+            await self._answered(call, response, span)
+            return response
 
     @asynccontextmanager
     async def request_stream(
@@ -169,16 +174,27 @@ class ContextModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
         run_context: RunContext[Any] | None = None,
     ) -> AsyncGenerator[StreamedResponse, None]:
-        call = await self._prepare(messages, model_settings, model_request_parameters)
-        async with self.wrapped.request_stream(
-            call.messages, model_settings, model_request_parameters, run_context
-        ) as streamed:
-            yield streamed
-        await self._answered(call, streamed.get())
+        with self._span() as span:
+            call = await self._prepare(messages, model_settings, model_request_parameters, span)
+            async with self.wrapped.request_stream(
+                call.messages, model_settings, model_request_parameters, run_context
+            ) as streamed:
+                yield streamed
+            await self._answered(call, streamed.get(), span)
 
     # -- the engine ----------------------------------------------------------------------
 
-    def _engine(self, loop: asyncio.AbstractEventLoop) -> CallEngine:
+    def _span(self) -> AbstractContextManager[CallSpan]:
+        summarizer = self._summarizer if self._summarizer is not None else self.wrapped
+        return call_span(
+            _model(self.wrapped),
+            stream=self.stream,
+            namespace=self._bridge.journal.namespace if self._bridge is not None else None,
+            server=tm.server_of(self.wrapped.base_url),
+            summarizer=_model(summarizer) if self.compact_at is not None else None,
+        )
+
+    def _engine(self, loop: asyncio.AbstractEventLoop, span: CallSpan) -> CallEngine:
         recorder = None
         if self._bridge is not None:
             recorder = CallRecorder(self._bridge.journal, self._stream, FRAMEWORK)
@@ -198,6 +214,7 @@ class ContextModel(WrapperModel):
             summarize=summarize if self.compact_at is not None else None,
             starts="user",  # a trimmed view opens on a user prompt, as providers require
             trim_to=self.trim_to,
+            span=span,
         )
 
     async def _summarize(self, prompt: str) -> tuple[str, Usage | None]:
@@ -210,12 +227,13 @@ class ContextModel(WrapperModel):
         messages: list[ModelMessage],
         settings: ModelSettings | None,
         parameters: ModelRequestParameters,
+        span: CallSpan,
     ) -> _Call:
         history = history_of(messages, count=self._count, previous=self._previous)
         self._previous = history
         options = {"settings": settings_json(settings), "parameters": parameters_json(parameters)}
         base = float(-(-len(orjson.dumps(options)) // 4))
-        engine = self._engine(asyncio.get_running_loop())
+        engine = self._engine(asyncio.get_running_loop(), span)
 
         async def work() -> tuple[Prepared, int | None]:
             prepared = await engine.prepare(
@@ -227,25 +245,59 @@ class ContextModel(WrapperModel):
         prepared, position = await (self._bridge.arun(work) if self._bridge else work())
         self._last = prepared
         self.last_view = prepared.view
+        if span.recording:
+            instructions = getattr(messages[-1], "instructions", None) if messages else None
+            tools = [*parameters.function_tools, *parameters.output_tools]
+            described = [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters_json_schema,
+                }
+                for t in tools
+            ]
+            span.sent(prepared.messages, position, system=instructions, tools=described)
         return _Call(_sent(prepared, history), position, prepared.view)
 
-    async def _answered(self, call: _Call, response: ModelResponse) -> None:
+    async def _answered(self, call: _Call, response: ModelResponse, span: CallSpan) -> None:
+        usage = usage_of(response.usage)
+        answer: Message | None = answer_of(response) if span.recording else None
+        span.answered(
+            answer,
+            model=response.model_name,
+            response_id=response.provider_response_id,
+            usage=usage,
+            finish_reason=response.finish_reason,
+        )
         if self._bridge is None or call.request is None:
             return
+        recorded = answer if answer is not None else answer_of(response)
         recorder = CallRecorder(self._bridge.journal, self._stream, FRAMEWORK)
-        answer: Message = answer_of(response)
         request = call.request
 
         async def work() -> int:
             return await recorder.answer(
                 request,
-                answer,
+                recorded,
                 model=response.model_name,
-                usage=usage_of(response.usage),
+                usage=usage,
                 finish_reason=response.finish_reason,
             )
 
         await self._bridge.arun(work)
+
+
+_PROVIDERS = {
+    "google-gla": "gcp.gemini",
+    "google-vertex": "gcp.vertex_ai",
+    "mistral": "mistral_ai",
+    "bedrock": "aws.bedrock",
+}
+
+
+def _model(model: Model) -> SpanModel:
+    """A pydantic-ai model as spans name it (its ``system`` is its provider)."""
+    return SpanModel(model.model_name, _PROVIDERS.get(model.system, model.system))
 
 
 def _sent(prepared: Prepared, history: History) -> list[ModelMessage]:

@@ -41,6 +41,7 @@ import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -55,6 +56,7 @@ from langchain.agents.middleware.types import ExtendedModelResponse
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, messages_from_dict
 from langchain_core.runnables import RunnableConfig
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.config import get_config
 from langgraph.constants import TAG_NOSTREAM
 
@@ -66,6 +68,8 @@ from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..wire import Usage
 from ._call_engine import CallEngine, Prepared, Summarizer, check_engine_options
+from ._call_spans import CallSpan, call_span
+from ._call_spans import Model as SpanModel
 from ._journal_bridge import JournalBridge
 from ._langchain_calls import (
     FRAMEWORK,
@@ -334,7 +338,7 @@ class ContextMiddleware(AgentMiddleware):
             ) from exc
 
     def _engine(
-        self, request: ModelRequest, call: _Call, summarize: Summarizer | None
+        self, request: ModelRequest, call: _Call, summarize: Summarizer | None, span: CallSpan
     ) -> CallEngine:
         recorder = None
         if self._bridge is not None:
@@ -357,6 +361,7 @@ class ContextMiddleware(AgentMiddleware):
             summarize=summarize if compact_at is not None else None,
             starts=self._starts or _starts_for(request.model),
             trim_to=self._trim_to,
+            span=span,
         )
 
     def _count_message(self, message: Message) -> float:
@@ -383,8 +388,14 @@ class ContextMiddleware(AgentMiddleware):
         request: ModelRequest,
         call: _Call,
         prepared: Prepared,
+        span: CallSpan,
+        position: int | None,
     ) -> ModelRequest:
         self.last_view = prepared.view
+        if span.recording:
+            system = request.system_message.text if request.system_message is not None else None
+            tools = _tool_definitions(request.tools)
+            span.sent(prepared.messages, position, system=system, tools=tools)
         summary: BaseMessage | None = None
         if prepared.summary is not None:
             (summary,) = messages_from_dict([prepared.summary.json])
@@ -411,15 +422,21 @@ class ContextMiddleware(AgentMiddleware):
     ) -> Any:
         call = self._call(request)
         summarize = _summarizer(self._summarizer or request.model, None)
-        engine = self._engine(request, call, summarize)
-        if self._bridge is None:
-            prepared, position = _now(self._prepare(engine, call))
-            return handler(self._sent(request, call, prepared))
-        prepared, position = self._bridge.run(functools.partial(self._prepare, engine, call))
-        result = handler(self._sent(request, call, prepared))
-        if position is not None:
-            self._bridge.run(functools.partial(self._record_answer, engine, position, result))
-        return result
+        with self._span(request) as span:
+            engine = self._engine(request, call, summarize, span)
+            if self._bridge is None:
+                prepared, position = _now(self._prepare(engine, call))
+            else:
+                prepared, position = self._bridge.run(
+                    functools.partial(self._prepare, engine, call)
+                )
+            sent = self._sent(request, call, prepared, span, position)
+            with span.current():
+                result = handler(sent)
+            if self._bridge is not None and position is not None:
+                self._bridge.run(functools.partial(self._record_answer, engine, position, result))
+            self._answered(span, result)
+            return result
 
     async def awrap_model_call(
         self,
@@ -429,14 +446,88 @@ class ContextMiddleware(AgentMiddleware):
         call = self._call(request)
         loop = asyncio.get_running_loop()
         summarize = _summarizer(self._summarizer or request.model, loop)
-        engine = self._engine(request, call, summarize)
-        if self._bridge is None:
-            prepared, position = _now(self._prepare(engine, call))
-            return await handler(self._sent(request, call, prepared))
-        prepared, position = await self._bridge.arun(functools.partial(self._prepare, engine, call))
-        result = await handler(self._sent(request, call, prepared))
-        if position is not None:
-            await self._bridge.arun(
-                functools.partial(self._record_answer, engine, position, result)
+        with self._span(request) as span:
+            engine = self._engine(request, call, summarize, span)
+            if self._bridge is None:
+                prepared, position = _now(self._prepare(engine, call))
+            else:
+                prepared, position = await self._bridge.arun(
+                    functools.partial(self._prepare, engine, call)
+                )
+            sent = self._sent(request, call, prepared, span, position)
+            with span.current():
+                result = await handler(sent)
+            if self._bridge is not None and position is not None:
+                await self._bridge.arun(
+                    functools.partial(self._record_answer, engine, position, result)
+                )
+            self._answered(span, result)
+            return result
+
+    # -- its span -------------------------------------------------------------------------------
+
+    def _span(self, request: ModelRequest) -> AbstractContextManager[CallSpan]:
+        stream = self._run_stream() if self._bridge is not None else self._stream or _thread_id()
+        return call_span(
+            _span_model(request.model),
+            stream=stream,
+            namespace=self._bridge.journal.namespace if self._bridge is not None else None,
+            summarizer=None
+            if self._trigger is None
+            else _span_model(self._summarizer or request.model),
+        )
+
+    def _answered(self, span: CallSpan, result: Any) -> None:
+        answer = _answer(result)
+        if answer is None:
+            span.answered(None)
+            return
+        meta = answer.response_metadata or {}
+        finish = meta.get("finish_reason") or meta.get("stop_reason")
+        model, found = meta.get("model_name"), meta.get("id")
+        span.answered(
+            self._conversions([answer])[0].message if span.recording else None,
+            model=model if isinstance(model, str) else None,
+            response_id=found if isinstance(found, str) else answer.id,
+            usage=usage_of(answer),
+            finish_reason=finish if isinstance(finish, str) else None,
+        )
+
+
+# LangChain's ls_provider names, where the GenAI conventions name the provider otherwise.
+_PROVIDERS = {
+    "google_genai": "gcp.gemini",
+    "google_vertexai": "gcp.vertex_ai",
+    "bedrock": "aws.bedrock",
+    "amazon_bedrock": "aws.bedrock",
+    "mistralai": "mistral_ai",
+    "azure": "azure.ai.openai",
+    "xai": "x_ai",
+}
+
+
+def _span_model(model: BaseChatModel) -> SpanModel:
+    """A chat model as spans name it: its provider is LangChain's ``ls_provider``."""
+    try:
+        provider = model._get_ls_params().get("ls_provider")
+    except Exception:  # a model of the user's own may not have LangSmith parameters
+        provider = None
+    if not isinstance(provider, str):
+        provider = None
+    return SpanModel(model_name(model), _PROVIDERS.get(provider or "", provider))
+
+
+def _tool_definitions(tools: Any) -> list[dict[str, Any]]:
+    """The request's tools as name, description and parameters (a tool LangChain cannot
+    convert is named only)."""
+    found = []
+    for tool in tools or ():
+        try:
+            function = convert_to_openai_tool(tool)["function"]
+        except Exception:  # not a tool LangChain converts: only its name, if it has one
+            name = getattr(tool, "name", None) or (
+                tool.get("name") if isinstance(tool, dict) else None
             )
-        return result
+            function = {"name": name}
+        found.append(function)
+    return found

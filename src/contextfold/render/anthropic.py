@@ -276,7 +276,13 @@ def parse_response(response: Any) -> ModelOutput:
         tool_calls=calls,
         usage=parse_usage([response.usage]),
         finish_reason=response.stop_reason or "end_turn",
+        response_id=_text_or_none(getattr(response, "id", None)),
+        response_model=_text_or_none(getattr(response, "model", None)),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class StreamReader:
@@ -288,6 +294,8 @@ class StreamReader:
         self._calls: dict[int, dict[str, str]] = {}
         self._reports: list[Any] = []
         self._stop = "end_turn"
+        self._id: str | None = None
+        self._model: str | None = None
         self.done = False  # message_stop arrived: nothing after it changes the answer
 
     def feed(self, event: Any) -> tuple[tuple[str, str], ...]:
@@ -295,6 +303,8 @@ class StreamReader:
         kind = event.type
         if kind == "message_start":
             self._reports.append(event.message.usage)
+            self._id = _text_or_none(getattr(event.message, "id", None))
+            self._model = _text_or_none(getattr(event.message, "model", None))
         elif kind == "content_block_start" and event.content_block.type == "tool_use":
             block = event.content_block
             self._calls[event.index] = {"id": block.id, "name": block.name, "arguments": ""}
@@ -318,4 +328,6 @@ class StreamReader:
             tool_calls=tuple(ToolCall(**self._calls[i]) for i in sorted(self._calls)),
             usage=parse_usage(self._reports),
             finish_reason=self._stop,
+            response_id=self._id,
+            response_model=self._model,
         )

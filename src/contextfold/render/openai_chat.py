@@ -148,7 +148,13 @@ def parse_response(response: Any) -> ModelOutput:
         tool_calls=calls,
         usage=parse_usage(getattr(response, "usage", None)),
         finish_reason=choice.finish_reason or "stop",
+        response_id=_text_or_none(getattr(response, "id", None)),
+        response_model=_text_or_none(getattr(response, "model", None)),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class StreamReader:
@@ -163,12 +169,16 @@ class StreamReader:
         self._calls: dict[int, dict[str, str]] = {}
         self._usage: Any = None
         self._finish = "stop"
+        self._id: str | None = None
+        self._model: str | None = None
 
     def feed(self, chunk: Any) -> tuple[tuple[str, str], ...]:
         """Take one ``ChatCompletionChunk``; returns its ``("text", fragment)`` deltas."""
         deltas: list[tuple[str, str]] = []
         if getattr(chunk, "usage", None) is not None:
             self._usage = chunk.usage  # the last chunk, when include_usage asked for it
+        self._id = self._id or _text_or_none(getattr(chunk, "id", None))
+        self._model = self._model or _text_or_none(getattr(chunk, "model", None))
         for choice in chunk.choices:
             delta = choice.delta
             if delta.content:
@@ -192,4 +202,6 @@ class StreamReader:
             tool_calls=tuple(ToolCall(**self._calls[i]) for i in sorted(self._calls)),
             usage=parse_usage(self._usage),
             finish_reason=self._finish,
+            response_id=self._id,
+            response_model=self._model,
         )

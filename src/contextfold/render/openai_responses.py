@@ -150,7 +150,13 @@ def parse_response(response: Any) -> ModelOutput:
         tool_calls=tuple(calls),
         usage=parse_usage(getattr(response, "usage", None)),
         finish_reason=response.status or "completed",
+        response_id=_text_or_none(getattr(response, "id", None)),
+        response_model=_text_or_none(getattr(response, "model", None)),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class StreamReader:

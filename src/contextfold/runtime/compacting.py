@@ -142,14 +142,14 @@ async def _compact(run: Run, offset: int, *, attempt: int = 1) -> bool:
     if neutral is None:
         return False
     rendered = render_request(neutral, model.transport)
-    await run.emit(CompactionStarted(offset=offset))
+    await run.emit(CompactionStarted(offset=offset, rendered=rendered))
     run.cancel.check()  # no summary call for a cancelled agent either
     await confirm_claim(run.journal)  # no append precedes this call: a lazy lease lands
     output = await model.complete(neutral, rendered)
     summary = summary_item(output.text, cutoff=offset, usage=output.usage, attempt=attempt)
     run.saw(await run.journal.append(run.stream, summary, actor="agent"))
     run.report.compactions.append(offset)
-    await run.emit(CompactionFinished(offset=offset, summary=output.text))
+    await run.emit(CompactionFinished(offset=offset, summary=output.text, usage=output.usage))
     return True
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
-from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall
+from ..wire import ModelOutput, NeutralRequest, RenderedRequest, ToolCall, Usage
 from .tools import ToolOutcome
 
 __all__ = [
@@ -120,6 +120,9 @@ class CompactionStarted:
 
     kind: Literal["compaction-started"] = "compaction-started"
     offset: int
+    rendered: RenderedRequest | None = None
+    """The summary request's exact bytes (None: no model call writes this summary, as for
+    a trim note)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -129,6 +132,8 @@ class CompactionFinished:
     kind: Literal["compaction-finished"] = "compaction-finished"
     offset: int
     summary: str
+    usage: Usage | None = None
+    """What the summary request used, as its provider reported it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

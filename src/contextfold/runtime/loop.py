@@ -32,7 +32,7 @@ from .events import AgentObserver, LoopCancelled, LoopHalted
 from .instance import MATERIALIZE_EVERY, AgentSettings, AgentState, Run, RunReport, Status
 from .materializing import materialize_if_due
 from .scheduling import AgentHalted, Scheduler, TurnBudgets, decide
-from .spans import LoopSpans
+from .spans import LoopSpans, client_server
 from .tool_runs import InterruptedToolPolicy, run_calls
 from .tools import Toolbox
 from .turn import request, retry
@@ -70,6 +70,9 @@ class Agent:
     each number comes from), else what the client's server reports (llama.cpp, vLLM), else
     the table's default (logged as a warning, once).
 
+    ``name`` names the agent in its OpenTelemetry spans (``invoke_agent {name}``,
+    ``gen_ai.agent.name``); without it the turn span is ``invoke_agent``.
+
     ``content_limit`` is the most characters of one tool output or item the model sees: a
     longer one is cut, with a ref to the whole record in the journal (``context.evidence``).
 
@@ -103,8 +106,11 @@ class Agent:
         on_interrupted_tool: InterruptedToolPolicy = "report",
         content_limit: int = DEFAULT_CONTENT_LIMIT,
         materialize_every: int = MATERIALIZE_EVERY,
+        name: str | None = None,
     ) -> None:
         check_content_limit(content_limit)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidInputError(f"name must be a non-empty string or None, got {name!r}")
         if on_interrupted_tool not in ("report", "rerun"):
             raise InvalidInputError(
                 f"on_interrupted_tool must be 'report' or 'rerun', not {on_interrupted_tool!r}"
@@ -127,7 +133,14 @@ class Agent:
         )
         self.observer = observer
         self._state = AgentState(window_known=context_window is not None)
-        self._spans = LoopSpans(journal.namespace, stream, model.model, model.transport)
+        self._spans = LoopSpans(
+            journal.namespace,
+            stream,
+            model.model,
+            model.transport,
+            agent_name=name,
+            server=client_server(model),
+        )
 
     @property
     def model(self) -> ModelClient:
