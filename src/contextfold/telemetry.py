@@ -40,6 +40,8 @@ import orjson
 from opentelemetry import metrics, trace
 from opentelemetry.util.types import AttributeValue
 
+from .errors import UsageError
+
 __all__ = [
     "AGENT_NAME",
     "AGENT_TURN",
@@ -252,7 +254,7 @@ def capture_content(enabled: bool | None) -> None:
     tools wrote: send it only where such data may go. Takes effect from the next turn or
     model call."""
     if enabled is not None and not isinstance(enabled, bool):
-        raise TypeError(f"capture_content takes True, False or None, got {enabled!r}")
+        raise UsageError(f"capture_content takes True, False or None, got {enabled!r}")
     _captured[0] = enabled
 
 

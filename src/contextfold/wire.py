@@ -99,11 +99,14 @@ class ToolCall(_Stored):
 
 _NOT_TEXT = object()
 """What :func:`_schema_value` returns for a value that is neither a mapping nor text."""
+_NOT_JSON = object()
+"""What :func:`_schema_value` returns for text that is not JSON."""
 
 
-def _schema_value(value: Any, where: str, verb: str) -> Any:
+def _schema_value(value: Any, where: str) -> Any:
     """A JSON schema given as a mapping (checked to be plain JSON) or as JSON text, as a
-    value; :data:`_NOT_TEXT` for anything else. Raises ValueError naming ``where``."""
+    value; :data:`_NOT_TEXT` for anything else, and :data:`_NOT_JSON` for text that is not
+    JSON (the validators calling it raise)."""
     if isinstance(value, Mapping):
         check_json_value(dict(value), where=where)
         return dict(value)
@@ -111,7 +114,7 @@ def _schema_value(value: Any, where: str, verb: str) -> Any:
         try:
             return loads(value)
         except ValueError:
-            raise ValueError(f"{where} {verb} not JSON text") from None
+            return _NOT_JSON
     return _NOT_TEXT
 
 
@@ -136,9 +139,11 @@ class ToolDefinition(_Stored):
     @classmethod
     def _canonical_object_schema(cls, value: Any, info: ValidationInfo) -> Any:
         where = f"tool {info.data.get('name')!r} parameters"
-        schema = _schema_value(value, where, "are")
+        schema = _schema_value(value, where)
         if schema is _NOT_TEXT:
             return value  # pydantic refuses it as not a string
+        if schema is _NOT_JSON:
+            raise ValueError(f"{where} are not JSON text")
         if not isinstance(schema, dict) or schema.get("type", "object") != "object":
             raise ValueError(
                 f'{where} must be a JSON object schema ("type": "object" or no type); '
@@ -192,9 +197,11 @@ class OutputSchema(_Stored):
     @classmethod
     def _canonical_schema(cls, value: Any, info: ValidationInfo) -> Any:
         where = f"output schema {info.data.get('name')!r}"
-        schema = _schema_value(value, where, "is")
+        schema = _schema_value(value, where)
         if schema is _NOT_TEXT:
             return value  # pydantic refuses it as not a string
+        if schema is _NOT_JSON:
+            raise ValueError(f"{where} is not JSON text")
         if not isinstance(schema, dict):
             raise ValueError(f"{where} must be a JSON schema object, not {type(schema).__name__}")
         return canonical_json(schema).decode()

@@ -63,7 +63,7 @@ from langgraph.constants import TAG_NOSTREAM
 from ..canonical import canonical_json
 from ..context.call_records import CallRecorder, Message
 from ..context.calls import CallView, Starts
-from ..errors import InvalidInputError, InvalidStreamNameError
+from ..errors import ContextfoldError, InvalidInputError, InvalidStreamNameError
 from ..journal import Journal, SyncJournal
 from ..journal.encode import check_stream
 from ..wire import Usage
@@ -180,7 +180,7 @@ def _now(work: Coroutine[Any, Any, T]) -> T:
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
     work.close()
-    raise RuntimeError("the context engine suspended without a journal")
+    raise ContextfoldError("the context engine suspended without a journal")
 
 
 def _thread_id() -> str | None:
