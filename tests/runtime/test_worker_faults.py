@@ -271,7 +271,10 @@ async def test_workers_survive_kills_and_a_database_restart(
                 except StoreError:
                     return False
 
-            await eventually(all_answered, what="every trigger answered", limit=120)
+            try:
+                await eventually(all_answered, what="every trigger answered", limit=120)
+            except AssertionError:
+                raise AssertionError(await _unanswered(journal)) from None
             stop.set()
             kills = await faults
             for worker in children.live_workers():
@@ -286,6 +289,18 @@ async def test_workers_survive_kills_and_a_database_restart(
         "FAULTS "
         + " ".join(f"{name}={value}" for name, value in {"kills": kills, **counts}.items())
     )
+
+
+async def _unanswered(journal: Journal) -> str:
+    """What a failure says: each stream left unanswered, with its newest events."""
+    lines = []
+    for stream in STREAMS:
+        if await answered(journal, stream):
+            continue
+        events = [stored async for stored in journal.read_all(stream)][-6:]
+        lines.append(f"{stream}:")
+        lines += [f"  @{e.position} {e.meta.time} {e.type} {e.data[:160]!r}" for e in events]
+    return "never happened: every trigger answered\n" + "\n".join(lines)
 
 
 async def _check(journal: Journal, logs: Path, triggers: int) -> dict[str, Any]:

@@ -12,8 +12,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from .fence import StreamLease
+from .lease import LeaseRecord
 
-__all__ = ["ChangeKeys", "Mark", "StreamState", "StreamStatus", "Streams", "WorkerStats"]
+__all__ = [
+    "ChangeKeys",
+    "Holders",
+    "Mark",
+    "StreamState",
+    "StreamStatus",
+    "Streams",
+    "WorkerStats",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +87,11 @@ class StreamStatus:
     """Not worked before then (after a store error, or a backoff without a lease), even
     when it changes."""
     failures: int = 0
-    """Provider failures in a row without a lease (a lease carries its own count)."""
-    deferred: tuple[int, float] | None = None
-    """Left to the instance that handed it back: the position of that hand-back, and until
-    when (the event loop's time; from the first look that found it)."""
+    """Failures in a row without a lease, or before a claim landed (a landed lease
+    carries its own count)."""
+    deferred: tuple[int, datetime] | None = None
+    """Left to the instance that handed it back: the position of that hand-back, and when
+    a look first found it (the journal's clock)."""
     task: asyncio.Task[None] | None = None
     """RUNNING: the task serving it."""
     lease: StreamLease | None = None
@@ -261,6 +271,33 @@ class ChangeKeys:
             self._foreign.clear()
         self._foreign.update(k for k in self._unknown if k not in self._streams)
         self._unknown.clear()
+
+
+class Holders:
+    """Until when each other lease holder is known to be alive: the expiry of the newest
+    lease it holds (or holds back) that a look read, since a live worker renews its leases.
+    The lapsed are forgotten once ``limit`` holders are known (they come and go with their
+    processes)."""
+
+    def __init__(self, me: str, limit: int) -> None:
+        self._me = me
+        self._limit = limit
+        self._until: dict[str, datetime] = {}
+
+    def seen(self, record: LeaseRecord, now: datetime) -> None:
+        if record.state == "released" or record.holder == self._me:
+            return
+        until = self._until
+        known = until.get(record.holder)
+        if known is not None and known >= record.expires_at:
+            return
+        if known is None and len(until) >= self._limit:
+            for holder in [h for h, then in until.items() if then < now]:
+                del until[holder]
+        until[record.holder] = record.expires_at
+
+    def alive_until(self, holder: str) -> datetime | None:
+        return self._until.get(holder)
 
 
 @dataclass(frozen=True, slots=True)

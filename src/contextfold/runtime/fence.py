@@ -20,7 +20,12 @@ first append, at the end of that batch and at V, so a claim whose agent finds no
 do writes nothing, and a turn costs one append less. Until it lands the holder has done
 nothing outside the journal: the runtime appends before every model request and tool
 run, and lands a pending claim itself before a compaction's summary
-(:func:`~contextfold.runtime.lease.confirm_claim`).
+(:func:`~contextfold.runtime.lease.confirm_claim`). Until it lands, the lease it judged
+lapsed is still the stream's newest, and a holder alive after all (paused past its expiry
+and woken, or on a host whose clock is behind) may still append: a pending claim that finds
+a record of an agent or of its tools after V loses (LeaseLostError, nothing written),
+because what it decided from V may be done already (a tool call started and run); the
+events of other writers (user messages, webhooks) it catches up on as a holder does.
 
 A renewal rides along the same way: an append made once a sixth of the lease's time has
 passed since it was last written (or after it lapsed) carries the renewal at its end, so
@@ -47,6 +52,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
+from ..context.state import AGENT_WRITER, TOOL_WRITER
 from ..errors import (
     ConflictError,
     CorruptEventError,
@@ -70,6 +76,7 @@ _FENCE_ATTEMPTS = 100  # catch-ups in a row while other writers keep appending
 _RIDE_ALONG = 5 / 6  # an append renews once less than this share of the ttl is left
 _RENEW_AT = 2 / 3  # the background renewal writes once less than this share is left
 _CATCH_UP_PAGE = 1000
+_HOLDERS_WRITE_AS = frozenset({AGENT_WRITER, TOOL_WRITER})  # a lease holder's agent and tools
 
 
 class StreamLeased(Event, type="contextfold.agent/lease", runtime_only=True):
@@ -86,6 +93,10 @@ class StreamLeased(Event, type="contextfold.agent/lease", runtime_only=True):
     idle: bool = False
     """Released by a holder whose agent had nothing left to do through the event before
     this one: other workers need not look at the stream again until it changes."""
+    returning: bool = False
+    """Released by a worker that claims the stream again when it has work (an idle
+    hand-back, or a turn given up to waiting streams), not by one that stops: other workers
+    leave it to that worker while its leases show it alive."""
 
 
 def decode_lease(stored: StoredEvent) -> StreamLeased | None:
@@ -278,12 +289,21 @@ class StreamLease:
             self._check()
             await self._write("held", self.ttl)
 
-    async def release(self, *, backoff: float = 0.0, failures: int = 0, idle: bool = False) -> None:
+    async def release(
+        self,
+        *,
+        backoff: float = 0.0,
+        failures: int = 0,
+        idle: bool = False,
+        returning: bool = False,
+    ) -> None:
         """Hand the lease back: at once, or after ``backoff`` seconds during which nobody
         works the stream (after ``failures`` provider failures in a row). ``idle``: the
         agent found nothing to do in everything this instance has seen; the release says
-        so (``StreamLeased.idle``) only when nobody appended since. Nothing happens when it
-        was lost or released already; a claim that never landed is dropped."""
+        so (``StreamLeased.idle``) only when nobody appended since. ``returning``: this
+        instance claims the stream again when it has work (``StreamLeased.returning``).
+        Nothing happens when it was lost or released already; a claim that never landed
+        is dropped."""
         async with self._lock:
             if self._ended is not None:
                 return
@@ -292,9 +312,9 @@ class StreamLease:
                 return
             state: LeaseState = "backoff" if backoff > 0 else "released"
             try:
-                if idle and backoff <= 0 and await self._release_idle(failures):
+                if idle and backoff <= 0 and await self._release_idle(failures, returning):
                     return
-                await self._write(state, max(backoff, 0.0), failures=failures)
+                await self._write(state, max(backoff, 0.0), failures=failures, returning=returning)
             except LeaseLostError:
                 return  # taken over meanwhile: not this instance's to hand back
             self._end("the lease was released")
@@ -334,7 +354,13 @@ class StreamLease:
         )
 
     def _event(
-        self, state: LeaseState, seconds: float, failures: int, *, idle: bool = False
+        self,
+        state: LeaseState,
+        seconds: float,
+        failures: int,
+        *,
+        idle: bool = False,
+        returning: bool = False,
     ) -> StreamLeased:
         return StreamLeased(
             holder=self.holder,
@@ -343,12 +369,13 @@ class StreamLease:
             state=state,
             failures=failures,
             idle=idle,
+            returning=returning,
         )
 
-    async def _release_idle(self, failures: int) -> bool:
+    async def _release_idle(self, failures: int, returning: bool) -> bool:
         """An idle hand-back, landing only right after what this instance has seen (False,
         nothing written, when others appended since: what they wrote may be work)."""
-        event = self._event("released", 0.0, failures, idle=True)
+        event = self._event("released", 0.0, failures, idle=True, returning=returning)
         try:
             await self._fenced([event], expected_version=self._version, actor=AGENT, channels=())
         except WrongExpectedVersionError:
@@ -357,10 +384,12 @@ class StreamLease:
         self._end("the lease was released")
         return True
 
-    async def _write(self, state: LeaseState, seconds: float, *, failures: int = -1) -> None:
+    async def _write(
+        self, state: LeaseState, seconds: float, *, failures: int = -1, returning: bool = False
+    ) -> None:
         """Append a lease event of this claim (a pending claim lands as it)."""
         failures = self.failures if failures < 0 else failures
-        event = self._event(state, seconds, failures)
+        event = self._event(state, seconds, failures, returning=returning)
         await self._fenced([event], actor=AGENT, channels=())
         self._expires_at = event.expires_at
 
@@ -420,7 +449,10 @@ class StreamLease:
 
     async def _catch_up(self) -> None:
         """Read what other writers appended after this instance's version: raise
-        LeaseLostError when a lease event not of this landed claim is among it."""
+        LeaseLostError when a lease event not of this landed claim is among it, or, while
+        the claim is pending, a record of an agent or its tools (the holder it judged
+        lapsed is alive and working: whatever this instance decided from before that
+        record may be done already, a tool call run)."""
         self._at = None
         while True:
             page = await self._base.read(self.stream, after=self._cursor, limit=_CATCH_UP_PAGE)
@@ -437,6 +469,13 @@ class StreamLease:
                                 f"stream {self.stream!r} was leased by {by!r} at "
                                 f"@{stored.position}",
                             )
+                    elif self._pending and stored.meta.actor in _HOLDERS_WRITE_AS:
+                        raise self._lose(
+                            stored.position,
+                            f"stream {self.stream!r} was appended to by a lease holder's "
+                            f"{stored.meta.actor} at @{stored.position} before this claim "
+                            "landed",
+                        )
                     self._version = stored.position
                     self._others += 1
                 self._cursor = stored.cursor

@@ -14,6 +14,15 @@ holders. What happens outside the journal cannot be fenced: a model call or a to
 holder started before a takeover runs on. The new holder re-sends an unanswered request
 byte for byte (recorded as a retry), reports a started tool call as possibly run (see
 ``tool_runs``), and the old holder's answer to either is refused.
+
+The clock bound. A live holder renews its lease once less than two thirds of its ``ttl``
+are left (by its own clock), so a host whose clock runs ahead of the holder's by less than
+that never reads a live holder's lease as expired. The lease is meant for clocks at most a
+third of the ``ttl`` apart (10 s at the default 30 s), leaving the other third for the
+renewal's own delays (a slow database, a busy event loop). Beyond it nothing is written
+twice, but a host whose clock runs ahead takes live holders' streams over (their work in
+flight is then re-sent or reported as possibly run, as after a crash), and a host whose
+clock runs behind takes a dead holder's streams over that much later.
 """
 
 from __future__ import annotations
@@ -87,6 +96,9 @@ class LeaseRecord:
     """The lease event's cursor."""
     idle: bool = False
     """Handed back by a holder that left nothing to do before it (``StreamLeased.idle``)."""
+    returning: bool = False
+    """Handed back by a worker that claims it again when it has work
+    (``StreamLeased.returning``)."""
 
     def status(self, now: datetime) -> LeaseStatus:
         """``released``, ``expired`` (lapsed at ``now``), else ``held`` or ``backoff``."""
@@ -155,6 +167,7 @@ def _record(stream: str, found: StoredEvent | None) -> LeaseRecord | None:
         position=found.position,
         cursor=found.cursor,
         idle=event.idle,
+        returning=event.returning,
     )
 
 

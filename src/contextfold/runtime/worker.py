@@ -11,29 +11,35 @@ notifications: :meth:`Journal.listen_changes`), where every append names its str
 key the worker maps back to the name), so a stream is looked at as soon as it changes; the
 stream list is read again every ``rescan_interval`` seconds to catch a lost notification.
 On SQLite and in memory it reads the stream list every ``poll_interval`` seconds and looks
-at the streams whose version moved. A stream leased to another instance is looked at
-again when that lease lapses, or shortly after the stream changes (its holder may have
-handed it back), without reading anything but its lease. One another instance handed back
-is left to it for ``defer`` seconds once it has work again: that instance hears of the
-change too and has the stream's folds in memory, so streams stay with their worker instead
-of every worker racing for every trigger (the losers would read and build the request for
-nothing); after that any worker claims it, so the streams of a worker that is gone (or too
-busy to claim them) move on. A change is heard of with the stream's version (and,
-notified, its head), so one a run left nothing to do after (the worker's own appends, heard
-after they landed) costs no read at all, and a look at a stream reads only its lease (on
-PostgreSQL with its version and head, in one statement: a version alone may be that of an
-old history, the stream deleted and made again).
+at the streams whose version moved. A stream leased to another instance is looked at again
+when that lease lapses, or shortly after the stream changes (its holder may have handed it
+back), reading nothing but its lease. One another instance handed back is left to it once
+it has work again (it hears of the change too, and has the stream's folds in memory:
+workers racing for every trigger would read and build requests for nothing): for ``defer``
+seconds, or, when the hand-back said that worker comes back (idle, or a turn given up to
+waiting streams), while a lease of it a look read has not expired, up to ``ttl``, so a
+worker slowed down by load keeps its streams rather than have them raced. Then any worker
+claims it: the streams of a worker that is gone move on. A claim is lazy (it lands with the
+agent's first append, and one whose agent finds nothing to do writes nothing) unless
+another instance had the stream: then it lands before the agent reads or builds anything,
+and a race costs the loser a failed append. A change is heard of with the stream's version
+(and, notified, its head), so one a run left nothing to do after (the worker's own appends,
+heard after they landed) costs no read at all, and a look at a stream reads only its lease
+(on PostgreSQL with its version and head, in one statement: a version alone may be that of
+an old history, the stream deleted and made again).
 
 Fairness: streams wait in one first-in, first-out queue; a stream that keeps its agent
 busy gives its slot up after ``quantum`` steps while others wait, and queues at the end.
 What the worker knows of a stream is one record (``_worker_state.StreamStatus``): where it
 stands (idle, queued, running, blocked) and what goes with that state.
 
-Failures never end the worker. A provider error (any error of the agent, or of the
-factory) hands the lease back as a backoff: nobody works that stream for a pause that
-doubles with each failure in a row, up to ``max_backoff``. A store error (the database
-down or restarting) pauses that stream, and the stream scan retries with a growing pause;
-the listener reconnects. A lost lease ends that stream's run: another instance has it.
+Failures never end the worker. A provider error (any error of the agent, or of the factory)
+hands the lease back as a backoff: nobody works that stream for a pause that doubles with
+each failure in a row, up to ``max_backoff`` (an error before the claim landed, the agent's
+first append, leaves the journal alone: this worker alone rests). A store error (the
+database down or restarting) pauses that stream, and the stream scan retries with a growing
+pause; the listener reconnects. A lost lease ends that stream's run: another instance has
+it.
 
 Shutdown: :meth:`stop` (SIGTERM, for the CLI) stops claiming; each agent ends after the
 step in progress and hands its lease back. Agents still running after ``grace`` seconds are
@@ -67,8 +73,8 @@ from ..errors import (
 )
 from ..journal import Journal
 from ..store.base import MAX_LIMIT, StreamChange, parse_cursor, wait_or_timeout
-from ._worker_state import ChangeKeys, Mark, Streams, StreamStatus, WorkerStats
-from .lease import LEASE_TTL, StreamLease, claim_lease, new_holder, view_lease
+from ._worker_state import ChangeKeys, Holders, Mark, Streams, StreamStatus, WorkerStats
+from .lease import LEASE_TTL, LeaseRecord, StreamLease, claim_lease, new_holder, view_lease
 from .loop import Agent
 from .scheduling import Scheduler, TurnBudgets, decide
 
@@ -85,6 +91,7 @@ _STORE_PAUSE = 1.0  # seconds a stream rests after a store error
 _MAX_SCAN_PAUSE = 5.0
 _MAX_WAIT = 5.0
 _MAX_FOREIGN = 10_000  # notification keys of other namespaces remembered (then forgotten)
+_MAX_HOLDERS = 1000  # other holders whose liveness is remembered (the lapsed then forgotten)
 _UNBORN = AgentContextState()
 _BUDGETS = TurnBudgets()
 
@@ -156,6 +163,7 @@ class Worker:
         self.grace = float(grace)
         self.defer = float(defer)
         self._streams = Streams()
+        self._holders = Holders(self.holder, _MAX_HOLDERS)
         self._keys: ChangeKeys | None = None  # while the store has a push channel
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -376,6 +384,8 @@ class Worker:
         # of may be behind the stream's: a claim made at it catches up as it lands.
         view = await view_lease(self.journal, stream, version=version)
         record = view.lease
+        if record is not None:
+            self._holders.seen(record, self.journal.clock())
         if view.settled:
             assert record is not None
             status.settled = Mark(view.version, parse_cursor(record.cursor))
@@ -390,7 +400,7 @@ class Worker:
             record is not None
             and record.state == "released"
             and record.holder != self.holder
-            and self._defer(status, record.position)
+            and self._defer(status, record)
         ):
             return  # handed back by another instance: left to it for a while
         status.deferred = None
@@ -403,9 +413,10 @@ class Worker:
             head = _head_of(heard)
         if not await self._may_have_work(stream, view.version, head):
             return
+        lazy = record is None or record.holder == self.holder  # see the module docstring
         try:
             lease = await claim_lease(
-                self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=True, view=view
+                self.journal, stream, holder=self.holder, ttl=self.ttl, lazy=lazy, view=view
             )
         except LeaseHeldError as exc:
             self._streams.block(status, datetime.fromisoformat(exc.expires_at))
@@ -413,19 +424,22 @@ class Worker:
         except ConflictError:
             status.again = True  # other writers won every race: look again
             return
-        await self._run_leased(status, lease, lease.failures, head)
+        await self._run_leased(status, lease, max(lease.failures, status.failures), head)
 
-    def _defer(self, status: StreamStatus, handed_back: int) -> bool:
-        """Whether the stream, handed back by another instance at position ``handed_back``,
-        is still left to it (then blocked until its time is up): for ``defer`` seconds from
-        the first look that found that hand-back, however often it changes meanwhile."""
-        now = asyncio.get_running_loop().time()
-        if status.deferred is None or status.deferred[0] != handed_back:
-            status.deferred = (handed_back, now + self.defer)
-        left = status.deferred[1] - now
-        if left <= 0:
+    def _defer(self, status: StreamStatus, record: LeaseRecord) -> bool:
+        """Whether the stream another instance handed back (``record``) is still left to it
+        (then blocked until then, however often it changes): see the module docstring."""
+        now = self.journal.clock()
+        if status.deferred is None or status.deferred[0] != record.position:
+            status.deferred = (record.position, now)
+        first = status.deferred[1]
+        until = first + timedelta(seconds=self.defer)
+        alive = self._holders.alive_until(record.holder)
+        if record.returning and alive is not None:
+            until = max(until, min(alive, first + timedelta(seconds=self.ttl)))
+        if now >= until:
             return False
-        self._streams.block(status, self.journal.clock() + timedelta(seconds=left))
+        self._streams.block(status, until)
         return True
 
     async def _run_leased(
@@ -472,7 +486,9 @@ class Worker:
                 self._count(claims=1)
         status.failures = 0
         if lease is not None:
-            await _quietly(lease.release(idle=idle))
+            # A worker that goes on running comes back to the stream when it has work.
+            returning = not self._stopping.is_set()
+            await _quietly(lease.release(idle=idle, returning=returning))
             if idle and lease.others_appended == 0 and not lease.active and not lease.lost:
                 # Released, and nobody else appended meanwhile: the changes heard of while
                 # it ran (and the ones still to come in) are this run's own appends, unless
@@ -535,12 +551,19 @@ class Worker:
             exc,
             exc_info=not isinstance(exc, ModelError),
         )
-        if lease is not None:
+        if lease is not None and not lease.pending:
             await _quietly(lease.release(backoff=delay, failures=failures))
             self._streams.block(status, lease.expires_at)
-        else:
-            status.failures = failures
-            self._pause(status, delay)
+            return
+        if lease is not None:
+            # It failed before its claim landed (nothing of it reached the journal): the
+            # claim is dropped and this worker alone rests. Were the backoff written, it
+            # could land before the claim of a worker serving the stream meanwhile and
+            # take the stream from it (a claimant whose reads raced that worker's appends
+            # fails so).
+            await _quietly(lease.release())
+        status.failures = failures
+        self._pause(status, delay)
 
     def _pause(self, status: StreamStatus, seconds: float) -> None:
         """Not worked for ``seconds``, changes or not (a look then still finds it paused)."""
