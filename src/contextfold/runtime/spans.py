@@ -128,18 +128,15 @@ class LoopSpans:
         self._retrying: set[int] = set()
         self._deltas: dict[int, int] = {}
         self._counts = {"requests": 0, "tool_calls": 0, "compactions": 0}
-        self._tracing = True  # whether this turn makes spans (see start_turn)
-        self._capture = False  # whether this turn's spans record content
-
-    @property
-    def _metric(self) -> dict[str, AttributeValue]:
-        """The attributes of this agent's model calls that their metrics carry."""
-        return {
+        self._metric: dict[str, AttributeValue] = {
             tm.OPERATION_NAME: tm.MODEL_REQUEST,
-            tm.PROVIDER_NAME: tm.provider_name(self.transport),
-            tm.REQUEST_MODEL: self.model,
+            tm.PROVIDER_NAME: tm.provider_name(transport),
+            tm.REQUEST_MODEL: model,
             **self.server,
         }
+        """The attributes of this agent's model calls that their metrics carry."""
+        self._tracing = True  # whether this turn makes spans (see start_turn)
+        self._capture = False  # whether this turn's spans record content
 
     # -- the turn -----------------------------------------------------------------------------
 
