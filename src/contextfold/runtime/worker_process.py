@@ -22,6 +22,8 @@ __all__ = ["load_app", "serve_worker"]
 
 log = logging.getLogger("contextfold.runtime")
 
+_MAX_POOL = 16  # connections one worker process opens (and two listening ones of its own)
+
 
 def load_app(spec: str) -> AgentFactory:
     """The factory ``spec`` names, ``package.module:attribute`` (the current directory is
@@ -63,7 +65,10 @@ async def serve_worker(
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     options: dict[str, Any] = {}
     if parse_store_url(url).scheme == "postgresql":
-        options["max_size"] = max(10, concurrency + 4)  # agents, their tails, the scan
+        # An agent holds a connection only while a statement runs, never while it waits for
+        # its model: a pool this size serves hundreds of streams at once, and the database's
+        # max_connections is shared by every worker process and server replica.
+        options["max_size"] = min(max(10, concurrency + 4), _MAX_POOL)
     async with open_journal(url, namespace=namespace, **options) as journal:
         worker = Worker(journal, app, concurrency=concurrency, ttl=ttl, holder=holder)
         loop = asyncio.get_running_loop()
