@@ -11,9 +11,9 @@ Phoenix's server is installed once into an environment of its own in the cache
 ``~/.cache/contextfold``), exactly as ``tests/phoenix-requirements.txt`` pins it, with the
 project's uv (``make install`` puts it in ``.tools``) or else pip: about 15 seconds with uv.
 It cannot share the project's environment (see that file). Each server keeps its embedded
-SQLite database in a temporary working directory, listens on free loopback ports only, and
-has its usage telemetry off; its first start after an install takes about a minute (its
-modules compile), later ones about half that.
+SQLite database in a temporary working directory and listens on free loopback ports only;
+its usage telemetry and its download at start (a sandbox's interpreter) are off. Its first
+start after an install takes about a minute (its modules compile), later ones about half.
 """
 
 from __future__ import annotations

@@ -189,6 +189,8 @@ async def test_an_agent_session_has_the_conventions_attributes(
         tm.REQUEST_MODEL: "gpt-4.1",
         tm.SERVER_ADDRESS: "127.0.0.1",
         tm.SERVER_PORT: port,
+        tm.USAGE_INPUT_TOKENS: 120 + 150,  # the turn's requests together
+        tm.USAGE_OUTPUT_TOKENS: 9 + 4,
     } == attributes(turn)
 
     first, second = sorted(of_operation(found, tm.MODEL_REQUEST), key=lambda s: s.start_time or 0)

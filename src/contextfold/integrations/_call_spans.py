@@ -33,6 +33,7 @@ from .. import telemetry as tm
 from ..context.call_records import Message
 from ..context.calls import Readable
 from ..prices import Pricing
+from ..runtime.span_content import arguments_value
 from ..runtime.span_content import finish_reason as conventional_finish
 from ..runtime.spans import usage_attributes
 from ..wire import Usage
@@ -65,7 +66,7 @@ def _message(message: Readable) -> dict[str, Any]:
         return {"role": "tool", "parts": parts}
     parts = [{"type": "text", "content": message.text}] if message.text else []
     parts += [
-        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments or "{}"}
+        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": arguments_value(c.arguments)}
         for c in message.tool_calls
     ]
     role = "system" if message.role == "developer" else message.role

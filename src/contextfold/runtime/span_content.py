@@ -23,7 +23,7 @@ from opentelemetry.util.types import AttributeValue
 from .. import telemetry as tm
 from ..wire import ModelOutput, RenderedRequest
 
-__all__ = ["finish_reason", "output_content", "request_content"]
+__all__ = ["arguments_value", "finish_reason", "output_content", "request_content"]
 
 Part = dict[str, Any]
 Message = dict[str, Any]
@@ -99,7 +99,7 @@ def output_content(output: ModelOutput) -> dict[str, AttributeValue]:
     if output.text:
         parts.append({"type": "text", "content": output.text})
     parts.extend(
-        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": _arguments(c.arguments)}
+        {"type": "tool_call", "id": c.id, "name": c.name, "arguments": arguments_value(c.arguments)}
         for c in output.tool_calls
     )
     message = {
@@ -119,7 +119,7 @@ def _tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
     return found
 
 
-def _arguments(text: str) -> Any:
+def arguments_value(text: str) -> Any:
     """Tool call arguments as the JSON value they are (the text itself when not JSON)."""
     if not text.strip():
         return {}
@@ -144,7 +144,7 @@ def _chat_message(message: dict[str, Any]) -> Message:
         parts = [{"type": "text", "content": content}]
     for call in message.get("tool_calls") or ():
         function = call.get("function", {})
-        arguments = _arguments(function.get("arguments") or "")
+        arguments = arguments_value(function.get("arguments") or "")
         parts.append(
             {
                 "type": "tool_call",
@@ -182,7 +182,7 @@ def _responses_messages(items: Any) -> Iterator[Message]:
                 "type": "tool_call",
                 "id": item.get("call_id"),
                 "name": item.get("name"),
-                "arguments": _arguments(item.get("arguments") or ""),
+                "arguments": arguments_value(item.get("arguments") or ""),
             }
             if last is not None and last["role"] == "assistant":
                 last["parts"].append(call)

@@ -128,6 +128,7 @@ class LoopSpans:
         self._retrying: set[int] = set()
         self._deltas: dict[int, int] = {}
         self._counts = {"requests": 0, "tool_calls": 0, "compactions": 0}
+        self._used: list[int] | None = None  # the turn's input and output tokens, if reported
         self._metric: dict[str, AttributeValue] = {
             tm.OPERATION_NAME: tm.MODEL_REQUEST,
             tm.PROVIDER_NAME: tm.provider_name(transport),
@@ -151,6 +152,7 @@ class LoopSpans:
         self._turn_started = time.time_ns()
         self._turn = None
         self._counts = dict.fromkeys(self._counts, 0)
+        self._used = None
 
     def end_turn(self, status: str, reason: str) -> None:
         """The run ended with ``status`` (``idle``, ``queued``, ``stopped``) and ``reason``."""
@@ -164,6 +166,9 @@ class LoopSpans:
                         **{f"contextfold.turn.{k}": v for k, v in self._counts.items()},
                     }
                 )
+                if self._used is not None:  # the turn's model calls, compactions included
+                    self._turn.set_attribute(tm.USAGE_INPUT_TOKENS, self._used[0])
+                    self._turn.set_attribute(tm.USAGE_OUTPUT_TOKENS, self._used[1])
                 self._turn.end()
         except Exception as exc:  # pragma: no cover - an SDK bug must not stop the loop
             log.warning("telemetry: ending the turn span failed: %s", exc)
@@ -346,7 +351,13 @@ class LoopSpans:
                     self._turn.set_status(Status(StatusCode.ERROR, "cancelled"))
 
     def _answer(self, usage: Usage | None) -> dict[str, AttributeValue]:
-        if usage is not None and self._pricing is None:
+        """A finished call's usage attributes and cost; its tokens count toward the turn's."""
+        if usage is None:
+            return {}
+        used = self._used = self._used or [0, 0]
+        used[0] += usage.input_tokens
+        used[1] += usage.output_tokens
+        if self._pricing is None:
             try:
                 self._pricing = default_prices()
             except ContextfoldError as exc:
