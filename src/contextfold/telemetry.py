@@ -26,7 +26,7 @@ answer, a tool call's arguments and result) is recorded on spans only when asked
 ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (``SPAN_ONLY`` or ``SPAN_AND_EVENT``,
 or ``true`` as older instrumentations read it).
 
-This module imports nothing else from contextfold: every layer may report through it.
+This module imports only contextfold's errors: every layer may report through it.
 """
 
 from __future__ import annotations
