@@ -1,8 +1,8 @@
 """The users of ``benchmarks/workers.py``: streams receiving user messages over time, and
 what the run measured from them.
 
-Each stream gets its first message at a random moment of the first think time, then its
-next one a think time after its previous one was answered (exponential, mean ``think``
+Each stream gets its first message at a random moment of the ramp, then its next one a
+think time after its previous one was answered (exponential, mean ``think``
 seconds, seeded), until the run's end. So every stream is a conversation in progress and
 a share of them is busy (a message unanswered) at any time: the ideal turn rate is that
 number of busy streams over the model's mean delay, what workers of zero cost would make.
@@ -54,20 +54,28 @@ def _think(seed: int, stream: str, k: int, mean: float) -> float:
 
 
 def _unit(seed: int, stream: str) -> float:
-    """Where in the first think time the stream's first message comes (0 to 1)."""
+    """Where in the ramp the stream's first message comes (0 to 1)."""
     return _random("start", seed, stream).random()
 
 
 async def converse(
-    dsn: str, namespace: str, streams: list[str], *, think: float, seed: int, until: float
+    dsn: str,
+    namespace: str,
+    streams: list[str],
+    *,
+    think: float,
+    ramp: float,
+    seed: int,
+    until: float,
 ) -> Conversation:
-    """Send every stream its messages until ``until`` (``time.time()``), then wait for the
-    last ones to be answered; returns what was sent and answered."""
+    """Send every stream its messages (the first at a random moment of the first ``ramp``
+    seconds) until ``until`` (``time.time()``), then wait for the last ones to be answered;
+    returns what was sent and answered."""
     import psycopg
 
     done = Conversation()
     start = time.time()
-    due = [(start + think * _unit(seed, s), s, 0) for s in streams]
+    due = [(start + ramp * _unit(seed, s), s, 0) for s in streams]
     heapq.heapify(due)
     waiting: dict[str, tuple[int, int]] = {}  # stream -> (message, its position)
     async with (

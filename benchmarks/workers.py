@@ -1,7 +1,9 @@
 """The worker pool on PostgreSQL at a real model's latency, measured in one run.
 
-Streams receive user messages over time (``_workers_users``): each one's next message
-comes a think time after its previous answer (exponential, mean ``--think`` seconds).
+Streams receive user messages over time (``_workers_users``): each one's first message
+comes during the first ``--ramp`` seconds (new conversations race the workers for their
+first claim), its next a think time after its previous answer (exponential, mean
+``--think`` seconds).
 Every message is answered by the agent of ``_workers_app``: a model call that asks for a
 tool, the tool's run, a model call that answers, the model answering after a lognormal
 delay (median 400 ms, p99 3 s, seeded: every configuration meets the same delays). A
@@ -221,7 +223,13 @@ def at_latency(
             sampler = asyncio.create_task(sampling())
             try:
                 return await converse(
-                    server.dsn, namespace, streams, think=args.think, seed=SEED, until=end
+                    server.dsn,
+                    namespace,
+                    streams,
+                    think=args.think,
+                    ramp=args.ramp,
+                    seed=SEED,
+                    until=end,
                 )
             finally:
                 sampler.cancel()
@@ -388,7 +396,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--streams", type=int, default=500, help="streams per process")
     parser.add_argument("--think", type=float, default=30.0, help="mean think time (s)")
-    parser.add_argument("--warm", type=float, default=40.0, help="seconds before measuring")
+    parser.add_argument(
+        "--ramp", type=float, default=60.0, help="seconds over which the first messages come"
+    )
+    parser.add_argument("--warm", type=float, default=75.0, help="seconds before measuring")
     parser.add_argument("--measure", type=float, default=60.0, help="seconds measured")
     parser.add_argument("--pool", type=int, default=16, help="connections per worker")
     parser.add_argument("--instant-streams", type=int, default=300)

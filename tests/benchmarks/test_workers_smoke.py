@@ -22,7 +22,7 @@ NAMES = {
 
 
 def test_a_tiny_run_prints_every_ratio(pg_dsn: str) -> None:
-    tiny = ["--streams", "4", "--think", "0.5", "--warm", "1", "--measure", "3"]
+    tiny = ["--streams", "4", "--think", "0.5", "--ramp", "0.5", "--warm", "1", "--measure", "3"]
     tiny += ["--idle-streams", "4", "--instant-streams", "4", "--repeats", "1"]
     done = subprocess.run(
         [sys.executable, str(SCRIPT), *tiny],
