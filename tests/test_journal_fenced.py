@@ -137,6 +137,34 @@ async def test_folds_take_where_the_fence_knows_the_stream_is(
     assert looks == ["s", "s", "t"]
 
 
+class CountingFence(Fence):
+    """A fence that counts the looks at what it knows: a notification arriving between two
+    looks moves a lease holder's."""
+
+    def __init__(self, journal: Journal, stream: str, known: tuple[int, str | None]) -> None:
+        super().__init__(journal, stream)
+        self.looks = 0
+        self._known = known
+
+    @property
+    def known(self) -> tuple[int, str | None] | None:
+        self.looks += 1
+        return self._known
+
+    @known.setter
+    def known(self, value: tuple[int, str | None] | None) -> None:
+        self._known = value  # type: ignore[assignment]
+
+
+async def test_a_fold_pair_folds_both_through_one_look_at_the_fence() -> None:
+    journal = Journal(MemoryStore())
+    done = await journal.append("s", Said(text="a"))
+    fence = CountingFence(journal, "s", (done.version, done.cursor))
+    fenced = journal.fenced(fence)
+    assert await fenced.fold_pair(SAID, SAID, "s") == (("a",), ("a",))
+    assert fence.looks == 1  # both folds through where the fence stood at that one look
+
+
 def test_the_sync_journal_fences_on_its_loop() -> None:
     with cf.open_journal_sync("memory://") as journal:
         assert isinstance(journal, SyncJournal) and journal.fence is None

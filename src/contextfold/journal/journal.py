@@ -480,15 +480,17 @@ class Journal:
         each (an agent reads its context and its scheduler together). Not for run-scoped
         folds: raises as :meth:`fold` would for an unknown stream name."""
         check_stored_stream(stream)
-        if known_to(self._fence, stream):  # the fence knows where the stream is: no head to read
-            return await self.fold(first, stream), await self.fold(second, stream)
         store = self.store if self._shared.ready else await self._ready()
-        head = await store.head(self.namespace, stream)
-        return await self._fold_at(first, stream, head), await self._fold_at(second, stream, head)
+        # Where the stream is, looked at once for both folds: the fence's knowledge (read
+        # once, as a notification may move it between two reads), else the store's head.
+        at = known_to(self._fence, stream)
+        if not at:
+            at = {"known_head": await store.head(self.namespace, stream)}
+        return await self._fold_at(first, stream, at), await self._fold_at(second, stream, at)
 
-    async def _fold_at(self, fold: FoldBase[S], stream: str, head: str | None) -> S:
+    async def _fold_at(self, fold: FoldBase[S], stream: str, at: dict[str, Any]) -> S:
         started = time.perf_counter()
-        state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, known_head=head)
+        state, _ = await self.folds.read_with_cursor(fold, self.namespace, stream, **at)
         record_fold_read(fold.name, self.namespace, time.perf_counter() - started)
         return state
 
